@@ -1,0 +1,29 @@
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export BERTKIT_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
+
+.PHONY: setup test demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3.11 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build
+	$(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+test: setup
+	$(PY) -m pytest -n 2 -q
+
+demo: setup
+	@if [ -z "$$BERTKIT_DATA" ]; then \
+	  echo "No data: set BERTKIT_DATA (or pass --data-dir) to a folder laid out like shared/data (see README)."; exit 2; fi
+	$(VENV)/bin/bertkit reproduce --budget demo --data-dir "$$BERTKIT_DATA" --output runs/demo
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,78 @@
+"""`bertkit` command line: parses arguments and calls the library function of the same name.
+
+Each command lives in the module that implements it, as `add_arguments(parser)` + `run_from_args(args)`;
+this file only lists them. Bad input surfaces as one line `error: file:line: problem`, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from .errors import BertkitError
+
+# command -> (module with add_arguments/run_from_args, one-line help). None: not built yet.
+COMMANDS: dict[str, tuple[str | None, str]] = {
+    "train-tokenizer": ("bertkit.tokenizer_cli:train", "train a WordPiece vocabulary on corpus files"),
+    "tokenize": ("bertkit.tokenizer_cli:tokenize", "tokenize stdin lines into ids or WordPiece tokens"),
+    "create-pretraining-data": ("bertkit.pretraining.create", "corpus -> MLM/NSP instances (sharded arrays)"),
+    "pretrain": ("bertkit.pretraining.run", "pre-train with MLM + NSP (or the paper's ablations)"),
+    "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner"),
+    "predict": ("bertkit.tasks.cli:predict", "predict with a fine-tuned model (squad)"),
+    "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll"),
+    "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
+    "reproduce": ("bertkit.reproduce", "the paper end to end at a compute budget, with a report"),
+    "plot": ("bertkit.plot", "PNG curves from a run's metrics.jsonl"),
+}
+
+
+def _load(target: str):
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("bertkit"):
+            return None  # that part of bertkit is not built yet
+        raise
+    return getattr(module, attr) if attr else module
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (target, help_text) in COMMANDS.items():
+        impl = _load(target) if target else None
+        p = sub.add_parser(name, help=help_text if impl else f"{help_text} [not built yet]", description=help_text)
+        if impl is not None:
+            impl.add_arguments(p)
+            p.set_defaults(_run=impl.run_from_args)
+        else:
+            p.set_defaults(_run=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    if not args.command:
+        parser.print_help()
+        return 2
+    if args._run is None:
+        print(f"bertkit {args.command}: not built yet in this version", file=sys.stderr)
+        return 1
+    try:
+        return args._run(args) or 0
+    except BertkitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Pre-training and task heads on top of BertModel (SPEC §4, §7), named as in Hugging Face."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import BertConfig
+from .model import BertModel, BertPreTrainedModel, ModelOutput, activation
+
+
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, x):
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """Transform, then project onto the (tied) token-embedding matrix plus an output bias."""
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.word_embeddings = [word_embeddings]  # a list: tied, not registered twice
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x):
+        return F.linear(self.transform(x), self.word_embeddings[0].weight, self.bias)  # (..., H) -> (..., V)
+
+
+class BertOnlyMLMHead(nn.Module):
+    def __init__(self, config, word_embeddings):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config, word_embeddings)
+
+
+class BertPreTrainingHeads(BertOnlyMLMHead):
+    def __init__(self, config, word_embeddings):
+        super().__init__(config, word_embeddings)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+def masked_lm_loss(head: BertLMPredictionHead, sequence_output, labels):
+    """Logits only where labels != -100: the vocabulary projection dominates small models' cost.
+
+    Returns (loss, logits (N, V)) for the N predicted positions.
+    """
+    selected = labels != -100  # (B, T)
+    logits = head(sequence_output[selected])  # (N, H) -> (N, V)
+    targets = labels[selected]
+    if targets.numel() == 0:
+        return logits.sum() * 0.0, logits
+    return F.cross_entropy(logits.float(), targets), logits
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """MLM + NSP (SPEC §4). loss = mean MLM cross-entropy + NSP cross-entropy."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, next_sentence_label=None, output_hidden_states=False, **kw):
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
+        seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
+        mlm_loss = nsp_loss = None
+        if labels is not None:
+            mlm_loss, prediction_logits = masked_lm_loss(self.cls.predictions, out.last_hidden_state, labels)
+        else:
+            prediction_logits = self.cls.predictions(out.last_hidden_state)  # (B, T, V)
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.view(-1))
+        losses = [l for l in (mlm_loss, nsp_loss) if l is not None]
+        return ModelOutput(
+            loss=sum(losses) if losses else None,
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=out.hidden_states,
+        )
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    """MLM only: the No-NSP ablation, and with config.is_decoder the LTR language model
+    (labels are then the next token at every position)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, output_hidden_states=False, **kw):
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
+        loss = None
+        if labels is not None:
+            loss, logits = masked_lm_loss(self.cls.predictions, out.last_hidden_state, labels)
+        else:
+            logits = self.cls.predictions(out.last_hidden_state)
+        return ModelOutput(loss=loss, mlm_loss=loss, logits=logits, prediction_logits=logits,
+                           hidden_states=out.hidden_states)
+
+
+class BiLSTMOnTop(nn.Module):
+    """The paper's "+ BiLSTM" ablation: a randomly initialised BiLSTM over the final layer."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.lstm = nn.LSTM(config.hidden_size, config.bilstm_hidden_size, batch_first=True, bidirectional=True)
+        self.proj = nn.Linear(2 * config.bilstm_hidden_size, config.hidden_size)
+
+    def forward(self, x):
+        return self.proj(self.lstm(x)[0])  # (B, T, H) -> (B, T, 2L) -> (B, T, H)
+
+
+class _TaskModel(BertPreTrainedModel):
+    """Shared plumbing of the fine-tuning heads: encoder, optional BiLSTM, dropout."""
+
+    uses_pooler = True
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
+        if config.bilstm_hidden_size:
+            self.bilstm = BiLSTMOnTop(config)
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(p)
+
+    def encode(self, input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, kw):
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
+        if self.config.bilstm_hidden_size:
+            seq = self.bilstm(out.last_hidden_state)
+            pooled = self.bert.pooler(seq) if self.bert.pooler is not None else None
+            return seq, pooled, out.hidden_states
+        return out.last_hidden_state, out.pooler_output, out.hidden_states
+
+
+class BertForSequenceClassification(_TaskModel):
+    """Linear K x H on the pooled [CLS]; cross-entropy, or MSE regression when num_labels == 1."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, output_hidden_states=False, **kw):
+        _, pooled, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
+                                               output_hidden_states, kw)
+        logits = self.classifier(self.dropout(pooled))  # (B, K)
+        loss = None
+        if labels is not None:
+            problem = self.config.problem_type or (
+                "regression" if self.num_labels == 1
+                else "single_label_classification" if labels.dtype in (torch.long, torch.int) else "multi_label_classification"
+            )
+            if problem == "regression":
+                loss = F.mse_loss(logits.float().squeeze(-1), labels.float().view(-1)) if self.num_labels == 1 \
+                    else F.mse_loss(logits.float(), labels.float())
+            elif problem == "single_label_classification":
+                loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1))
+            else:
+                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+
+
+class BertForQuestionAnswering(_TaskModel):
+    """Start and end vectors S, E (SPEC §7): logits S.T_i and E.T_i; loss (CE(start) + CE(end)) / 2."""
+
+    uses_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                start_positions=None, end_positions=None, output_hidden_states=False, **kw):
+        seq, _, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
+                                            output_hidden_states, kw)
+        start_logits, end_logits = self.qa_outputs(seq).unbind(-1)  # (B, T) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = start_logits.shape[1]
+            # Positions outside the sequence are ignored, as in transformers.
+            start = start_positions.view(-1).clamp(0, T)
+            end = end_positions.view(-1).clamp(0, T)
+            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=T)
+                    + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2
+        return ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states)
+
+
+class BertForTokenClassification(_TaskModel):
+    """Linear layer on every token's final vector (NER); labels -100 are ignored."""
+
+    uses_pooler = False
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, output_hidden_states=False, **kw):
+        seq, _, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
+                                            output_hidden_states, kw)
+        logits = self.classifier(self.dropout(seq))  # (B, T, K)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
+        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+
+
+class BertForMultipleChoice(_TaskModel):
+    """Each of C choices is one sequence; a vector V scores its pooled [CLS]; softmax over choices."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.init_weights()
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
+                labels=None, output_hidden_states=False, **kw):
+        B, C, T = input_ids.shape
+
+        def flat(t):  # (B, C, T) -> (B*C, T)
+            return None if t is None else t.reshape(B * C, -1)
+
+        _, pooled, hidden_states = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids),
+                                               flat(position_ids), output_hidden_states, kw)
+        logits = self.classifier(self.dropout(pooled)).view(B, C)
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+
+
+TASK_CLASSES = {
+    cls.__name__: cls
+    for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+                BertForQuestionAnswering, BertForTokenClassification, BertForMultipleChoice)
+}
