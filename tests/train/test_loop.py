@@ -130,3 +130,13 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
     assert [s for s, _ in got] == list(range(1, 13))
     for (s1, l1), (s2, l2) in zip(want, got):
         assert s1 == s2 and l1 == pytest.approx(l2, abs=1e-6), (s1, l1, l2)
+
+
+def test_plot_writes_pngs(tmp_path):
+    from bertkit.plot import plot_run
+
+    fit(tiny_model(), Phase(ToySource(n_batches=4), steps=4),
+        TrainArgs(output_dir=str(tmp_path), precision="fp32", logging_steps=1, progress=False))
+    written = plot_run(tmp_path)
+    assert {p.name for p in written} == {"loss.png", "learning_rate.png"}
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)

@@ -1,0 +1,81 @@
+"""`bertkit plot RUN_DIR`: PNG curves (loss, MLM/NSP accuracy, learning rate) from metrics.jsonl."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .errors import BertkitError
+
+
+def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
+    """(training records, evaluation records) from a run's metrics.jsonl."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise BertkitError("no metrics.jsonl (is this a bertkit run directory?)", path=str(path))
+    train, evals = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BertkitError(f"not a JSON object ({e.msg})", path=str(path), line=n) from None
+        (evals if record.get("eval") else train).append(record)
+    return train, evals
+
+
+# figure file -> [(record kind, key, label)]
+FIGURES = {
+    "loss.png": [("train", "loss", "train loss"), ("train", "mlm_loss", "train MLM loss"),
+                 ("train", "nsp_loss", "train NSP loss"), ("eval", "mlm_loss", "held-out MLM loss")],
+    "accuracy.png": [("train", "mlm_accuracy", "train MLM acc."), ("train", "nsp_accuracy", "train NSP acc."),
+                     ("eval", "mlm_accuracy", "held-out MLM acc."), ("eval", "nsp_accuracy", "held-out NSP acc.")],
+    "learning_rate.png": [("train", "learning_rate", "learning rate")],
+}
+
+
+def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: str | None = None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    train, evals = read_metrics(run_dir)
+    out = Path(output_dir or run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, series in FIGURES.items():
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        drawn = 0
+        for kind, key, label in series:
+            records = train if kind == "train" else evals
+            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, marker="o" if kind == "eval" else None, markersize=3, label=label)
+                drawn += 1
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set_xlabel("optimizer step")
+        ax.set_title(f"{title or Path(run_dir).name}: {name[:-4].replace('_', ' ')}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(out / name)
+    return written
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a pre-training or fine-tuning output directory with metrics.jsonl")
+    p.add_argument("--output", help="where the PNGs go (default: the run directory)")
+
+
+def run_from_args(args) -> int:
+    for path in plot_run(args.run_dir, args.output):
+        print(path)
+    return 0
