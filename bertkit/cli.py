@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bertkit {args.command}: not built yet in this version", file=sys.stderr)
         return 1
     try:
-        return args._run(args) or 0
+        rc = args._run(args)
+        return rc if isinstance(rc, int) else 0  # library calls may return their results
     except BertkitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -144,7 +144,7 @@ class _TaskModel(BertPreTrainedModel):
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
         if self.config.bilstm_hidden_size:
             seq = self.bilstm(out.last_hidden_state)
-            pooled = self.bert.pooler(seq) if self.bert.pooler is not None else None
+            pooled = self.bert.pool(seq, attention_mask) if self.bert.pooler is not None else None
             return seq, pooled, out.hidden_states
         return out.last_hidden_state, out.pooler_output, out.hidden_states
 
@@ -185,6 +185,8 @@ class BertForQuestionAnswering(_TaskModel):
     uses_pooler = False
 
     def __init__(self, config: BertConfig):
+        # transformers sizes qa_outputs by num_labels: keep it 2 so checkpoints load there too.
+        config.num_labels, config.id2label = 2, None
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()

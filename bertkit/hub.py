@@ -87,8 +87,9 @@ class PreTrainedMixin:
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
-        config = self.config
-        config.architectures = [type(self).__name__]
+        import dataclasses
+
+        config = dataclasses.replace(self.config, architectures=[type(self).__name__])
         atomic_write(directory / "config.json",
                      lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"))
         if tokenizer is not None:

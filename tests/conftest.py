@@ -28,3 +28,13 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def uncased_vocab(data_dir) -> Path:
     return data_dir / "vocab" / "bert-base-uncased-vocab.txt"
+
+
+def pytest_configure(config):
+    # Tests run as parallel workers (pytest-xdist) and subprocesses on a small machine: one thread
+    # each. torch's default of one thread per core oversubscribes the cores, and its spinning
+    # threads then wait on each other (10x slower here).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)

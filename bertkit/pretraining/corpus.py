@@ -1,0 +1,360 @@
+"""Read a pre-training corpus as a stream of documents.
+
+Two input layouts are understood:
+
+* BERT format (the default): one sentence per line, a blank line between documents. Every
+  non-blank line is a sentence; a bracketed title line such as ``[Emma by Jane Austen 1816]``
+  is simply the document's first sentence, exactly as the original release treats it.
+* Raw text (``raw=True``): paragraphs separated by blank lines, hard line breaks inside them.
+  Lines of a paragraph are joined with spaces and the paragraph is later split into sentences
+  with pysbd (:func:`split_sentences`, run in the worker processes because it is slow,
+  ~150 kB/s). A run of ``raw_document_break_lines`` (default 3) or more blank lines ends a
+  document: in Project Gutenberg texts chapters are set off by 3-4 blank lines while single
+  and double blank lines occur inside chapters, so documents are roughly chapters. The end of
+  a file always ends a document (in both layouts).
+
+Bad input is handled as follows (the counts land in :class:`CorpusStats` and the manifest):
+
+* missing input path -> :class:`BertkitError` before anything is read;
+* empty file (no non-blank line) -> a warning and ``empty_files`` count, not fatal;
+* invalid UTF-8 -> :class:`BertkitError` naming file and line (``encoding_errors="strict"``,
+  the default), or with ``encoding_errors="replace"`` the bad bytes become U+FFFD (which the
+  tokenizer drops) and the line is counted in ``undecodable_lines``;
+* a line longer than ``max_line_chars`` (default 100,000) is split at whitespace into pieces of
+  at most that size, each kept as its own sentence (``long_lines_split``); such a "sentence" is
+  far longer than any sequence anyway and would be truncated, so nothing useful is lost, and
+  the tokenizer is never handed megabyte-sized strings. In raw mode the same limit caps a
+  paragraph (``long_paragraphs_split``);
+* a document larger than ``max_document_chars`` is cut into consecutive parts, each treated as
+  a document (``documents_split``), so that memory stays bounded by the block size;
+* corrupt gzip data -> :class:`BertkitError` naming the file.
+
+Plain and gzip files are told apart by their first two bytes, not by the file name. The
+SHA-256 of every file's on-disk bytes is computed while it is streamed (no second read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import logging
+import os
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ..errors import BertkitError
+
+logger = logging.getLogger("bertkit.pretraining")
+
+GZIP_MAGIC = b"\x1f\x8b"
+DEFAULT_MAX_LINE_CHARS = 100_000
+DEFAULT_RAW_DOCUMENT_BREAK_LINES = 3
+# How often (in lines) byte progress is reported while a file is read.
+_PROGRESS_EVERY_LINES = 8192
+
+
+@dataclasses.dataclass
+class InputFileRecord:
+    """What the manifest records about one input file."""
+
+    path: str
+    size: int
+    sha256: str
+    lines: int
+    documents: int
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    """Counts gathered while reading; every handled irregularity is counted here."""
+
+    files: int = 0
+    lines: int = 0
+    documents: int = 0
+    units: int = 0  # sentences (BERT format) or paragraphs (raw) handed on
+    empty_files: list[str] = dataclasses.field(default_factory=list)
+    long_lines_split: int = 0
+    long_paragraphs_split: int = 0
+    documents_split: int = 0
+    undecodable_lines: int = 0
+    input_files: list[InputFileRecord] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["empty_files"] = list(self.empty_files)
+        return out
+
+
+def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[Path]:
+    """Input paths as files: a directory stands for its non-hidden files, sorted by name.
+
+    Every path is checked up front so that a typo fails at once, not after an hour of work.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            members = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+            if not members:
+                raise BertkitError("input directory contains no files", path=str(path))
+            files.extend(members)
+        elif path.is_file():
+            files.append(path)
+        elif path.exists():
+            raise BertkitError("input is neither a file nor a directory", path=str(path))
+        else:
+            raise BertkitError("input file not found", path=str(path))
+    if not files:
+        raise BertkitError("no input files given")
+    return files
+
+
+class _HashingReader(io.RawIOBase):
+    """Passes bytes through while hashing them and counting how many were read."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._raw.readinto(buffer)
+        if n:
+            self.sha256.update(memoryview(buffer)[:n])
+            self.bytes_read += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _split_long_text(text: str, limit: int) -> list[str]:
+    """Cut `text` into pieces of at most `limit` characters, at whitespace where possible."""
+    pieces = []
+    while len(text) > limit:
+        cut = text.rfind(" ", limit // 2, limit + 1)
+        if cut <= 0:
+            cut = limit  # no space in the second half of the window: hard cut
+        piece = text[:cut].strip()
+        if piece:
+            pieces.append(piece)
+        text = text[cut:].lstrip()
+    if text:
+        pieces.append(text)
+    return pieces
+
+
+class _DocumentBuilder:
+    """Collects the units of the current document and hands out finished documents."""
+
+    def __init__(self, stats: CorpusStats, max_chars: int | None):
+        self.stats = stats
+        self.max_chars = max_chars
+        self.units: list[str] = []
+        self.chars = 0
+        self.documents = 0
+
+    def add(self, unit: str) -> list[str] | None:
+        """Append a unit; returns the document when it just reached the size limit and was cut."""
+        self.units.append(unit)
+        self.chars += len(unit)
+        self.stats.units += 1
+        if self.max_chars is not None and self.chars >= self.max_chars:
+            self.stats.documents_split += 1
+            return self.finish()
+        return None
+
+    def finish(self) -> list[str] | None:
+        if not self.units:
+            return None
+        document, self.units, self.chars = self.units, [], 0
+        self.stats.documents += 1
+        self.documents += 1
+        return document
+
+
+def read_corpus_file(
+    path: str | os.PathLike,
+    *,
+    raw: bool = False,
+    stats: CorpusStats | None = None,
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+    max_document_chars: int | None = None,
+    raw_document_break_lines: int = DEFAULT_RAW_DOCUMENT_BREAK_LINES,
+    encoding_errors: str = "strict",
+    on_bytes: Callable[[int], None] | None = None,
+) -> Iterator[list[str]]:
+    """Yield the documents of one file, each a list of sentences (paragraphs when `raw`).
+
+    `on_bytes(n)` is called with the number of on-disk bytes consumed since its last call
+    (for a progress bar). See the module docstring for the handling of bad input.
+    """
+    if encoding_errors not in ("strict", "replace"):
+        raise BertkitError(f"encoding_errors must be 'strict' or 'replace', not {encoding_errors!r}")
+    if raw_document_break_lines < 1:
+        raise BertkitError("raw_document_break_lines must be at least 1")
+    stats = stats if stats is not None else CorpusStats()
+    path = Path(path)
+    name = str(path)
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise BertkitError("input file not found", path=name) from None
+    except OSError as exc:
+        raise BertkitError(f"cannot open input file: {exc.strerror}", path=name) from None
+
+    hashing = _HashingReader(handle)
+    buffered = io.BufferedReader(hashing, buffer_size=1 << 20)
+    is_gzip = buffered.peek(2)[:2] == GZIP_MAGIC
+    reader = gzip.GzipFile(fileobj=buffered, mode="rb") if is_gzip else buffered
+    stats.files += 1
+    reported = 0
+    line_number = 0
+
+    builder = _DocumentBuilder(stats, max_document_chars)
+    paragraph: list[str] = []  # raw mode: lines of the paragraph under construction
+    paragraph_chars = 0
+    blank_run = 0
+
+    def end_paragraph() -> list[str] | None:
+        nonlocal paragraph, paragraph_chars
+        text = " ".join(paragraph)
+        paragraph, paragraph_chars = [], 0
+        return builder.add(text)
+
+    try:
+        for line_bytes in reader:
+            line_number += 1
+            try:
+                text = line_bytes.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if encoding_errors == "strict":
+                    raise BertkitError(
+                        f"invalid UTF-8 ({exc.reason}) at byte {exc.start + 1} of the line; fix the file "
+                        "or pass --encoding-errors replace",
+                        path=name,
+                        line=line_number,
+                    ) from None
+                text = line_bytes.decode("utf-8", errors="replace")
+                stats.undecodable_lines += 1
+            if line_number == 1 and text.startswith("\ufeff"):
+                text = text[1:]  # byte-order mark
+            text = text.strip()
+
+            if not text:
+                blank_run += 1
+                done = (end_paragraph() if paragraph else None) if raw else builder.finish()
+                if done:
+                    yield done
+            else:
+                if len(text) > max_line_chars:
+                    stats.long_lines_split += 1
+                    pieces = _split_long_text(text, max_line_chars)
+                else:
+                    pieces = (text,)
+                if raw:
+                    if blank_run >= raw_document_break_lines:
+                        done = builder.finish()
+                        if done:
+                            yield done
+                    for piece in pieces:
+                        if paragraph and paragraph_chars + len(piece) > max_line_chars:
+                            stats.long_paragraphs_split += 1
+                            done = end_paragraph()
+                            if done:
+                                yield done
+                        paragraph.append(piece)
+                        paragraph_chars += len(piece) + 1
+                else:
+                    for piece in pieces:
+                        done = builder.add(piece)
+                        if done:
+                            yield done
+                blank_run = 0
+
+            if on_bytes is not None and line_number % _PROGRESS_EVERY_LINES == 0:
+                on_bytes(hashing.bytes_read - reported)
+                reported = hashing.bytes_read
+        for done in (end_paragraph() if raw and paragraph else None, builder.finish()):
+            if done:
+                yield done
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise BertkitError(f"corrupt gzip data after line {line_number}: {exc}", path=name) from None
+    finally:
+        reader.close()
+
+    stats.lines += line_number
+    if builder.documents == 0:
+        logger.warning("%s: input file has no text; skipped", name)
+        stats.empty_files.append(name)
+    if on_bytes is not None:
+        on_bytes(hashing.bytes_read - reported)
+    stats.input_files.append(
+        InputFileRecord(
+            path=name,
+            size=hashing.bytes_read,
+            sha256=hashing.sha256.hexdigest(),
+            lines=line_number,
+            documents=builder.documents,
+        )
+    )
+
+
+def iter_documents(paths: Iterable[str | os.PathLike], **kwargs) -> Iterator[list[str]]:
+    """Documents of all files in order; keyword arguments as for :func:`read_corpus_file`."""
+    for path in expand_inputs(paths):
+        yield from read_corpus_file(path, **kwargs)
+
+
+def iter_document_blocks(documents: Iterable[list[str]], block_chars: int) -> Iterator[list[list[str]]]:
+    """Group consecutive documents into blocks of at least `block_chars` characters.
+
+    Blocks are the unit of parallel work and of NotNext sampling; their boundaries depend only
+    on the text, so the output is the same whatever the number of workers. A short remainder
+    (under half a block) joins the block before it, so that no block is left with one or two
+    documents to draw NotNext partners from.
+    """
+    finished: list[list[str]] | None = None  # held back in case the remainder must join it
+    block: list[list[str]] = []
+    chars = 0
+    for document in documents:
+        block.append(document)
+        chars += sum(map(len, document))
+        if chars >= block_chars:
+            if finished is not None:
+                yield finished
+            finished, block, chars = block, [], 0
+    if block and finished is not None and chars < block_chars / 2:
+        finished.extend(block)
+        block = []
+    if finished is not None:
+        yield finished
+    if block:
+        yield block
+
+
+_SEGMENTER = None
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split one paragraph of running text into sentences (pysbd, English rules).
+
+    pysbd keeps abbreviations ("Mr. Smith", "e.g."), decimals ("3.14") and quoted speech
+    intact, which a full-stop regex does not.
+    """
+    global _SEGMENTER
+    if _SEGMENTER is None:
+        import pysbd
+
+        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
+    sentences = [s.strip() for s in _SEGMENTER.segment(paragraph)]
+    return [s for s in sentences if s]

@@ -1,0 +1,575 @@
+"""create_pretraining_data: corpus files -> sharded MLM + NSP instances (``bertkit create-pretraining-data``).
+
+The original release loads the whole corpus into memory, then runs `dupe_factor` passes over
+all documents. To stream with bounded memory, this works block by block:
+
+* the corpus is read in blocks of consecutive documents of ~`block_chars` characters
+  (default 8 M); a block is tokenized and turned into instances on its own, so a NotNext B is
+  drawn from another document *of the same block* (what large-scale ports do; with blocks of
+  dozens of books or thousands of articles the difference is immaterial). A document longer
+  than half a block is cut into parts that count as documents, so every block holds at least
+  two (unless the whole input is one short document);
+* inside a block the original procedure runs unchanged: documents shuffled, `dupe_factor`
+  passes of ``create_instances_from_document`` over them, the block's instances shuffled;
+* every random generator is seeded from (seed, block index, pass), and blocks are processed by
+  `workers` processes but written in block order, so the output for a seed is the same
+  whatever the number of workers. Instances are only shuffled within a block: the loader
+  shuffles globally every epoch.
+
+Masking: "static" (the original) masks each instance once while creating it; "dynamic" stores
+unmasked instances and the loader draws a new mask every time. With dynamic masking
+`dupe_factor` still means "this many passes over the corpus", each with new pairings, crops and
+short-sequence draws; it defaults to 1 there (10 for static) because fresh masks already come
+for free.
+
+``dump_jsonl`` writes every instance as one JSON object with the original release's field
+names (tokens after masking, segment_ids, is_random_next, masked_lm_positions,
+masked_lm_labels). For dynamic masking the dump shows one sampled mask (seeded, but not one the
+loader will use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import random
+import shutil
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..errors import BertkitError
+from .corpus import (
+    DEFAULT_MAX_LINE_CHARS,
+    DEFAULT_RAW_DOCUMENT_BREAK_LINES,
+    CorpusStats,
+    expand_inputs,
+    iter_document_blocks,
+    read_corpus_file,
+    split_sentences,
+)
+from .instances import PairArrays, assemble_pairs, plan_instances_from_document
+from .masking import DEFAULT_MASK_MIX, continuation_flags, mask_tokens, parse_mask_mix
+from .shards import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    ShardWriter,
+    clear_output_dir,
+    derive_seed,
+    id_dtype_for,
+    write_json_atomic,
+)
+
+logger = logging.getLogger("bertkit.pretraining")
+
+DEFAULT_BLOCK_CHARS = 8_000_000
+DEFAULT_SHARD_SIZE = 65536
+# Sentences handed to the batch tokenizer at once (bounds its temporary memory).
+_TOKENIZE_BATCH = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class _BlockSettings:
+    """Everything a worker needs to turn a block of documents into instances."""
+
+    vocab: str
+    raw: bool
+    max_seq_length: int
+    short_seq_prob: float
+    dupe_factor: int
+    seed: int
+    masking: str
+    masked_lm_prob: float
+    max_predictions: int
+    mask_mix: tuple[float, float, float]
+    whole_word_mask: bool
+    dump: bool
+
+
+@dataclasses.dataclass
+class _BlockResult:
+    pairs: PairArrays
+    masks: dict[str, np.ndarray] | None  # stored static masks
+    dump_masks: dict[str, np.ndarray] | None  # masks shown in the JSONL dump
+    counts: dict[str, int]
+
+
+_worker_state: dict = {}
+
+
+def _load_tokenizer(vocab: str):
+    # Imported here: workers load it themselves. A vocabulary lacking [CLS], [SEP], [MASK], [PAD]
+    # or [UNK] is refused by the tokenizer with a BertkitError naming the file.
+    from ..tokenizer import BertTokenizer
+
+    return BertTokenizer.from_pretrained(vocab)
+
+
+def _init_worker(settings: _BlockSettings, parallel_tokenizer: bool, tokenizer=None) -> None:
+    if not parallel_tokenizer:
+        # Several worker processes already share the cores; one tokenizer thread each.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if tokenizer is None:
+        tokenizer = _load_tokenizer(settings.vocab)
+    _worker_state["settings"] = settings
+    _worker_state["tokenizer"] = tokenizer
+    _worker_state["continuation"] = continuation_flags(tokenizer.ids_to_tokens).tolist()
+
+
+def _mask_rows(pairs: PairArrays, rng: random.Random, settings: _BlockSettings, tokenizer, continuation):
+    """Static masks for every row: (masked input_ids, the three mask arrays)."""
+    count = len(pairs.lengths)
+    masked_ids = pairs.input_ids.copy()
+    positions = np.zeros((count, settings.max_predictions), dtype=np.int32)
+    labels = np.zeros((count, settings.max_predictions), dtype=np.int32)
+    counts = np.zeros(count, dtype=np.int32)
+    for row in range(count):
+        length = int(pairs.lengths[row])
+        ids = pairs.input_ids[row, :length].tolist()
+        special = [False] * length
+        special[0] = special[int(pairs.b_starts[row]) - 1] = special[length - 1] = True
+        output, chosen, originals = mask_tokens(
+            ids,
+            special,
+            rng,
+            settings.masked_lm_prob,
+            settings.max_predictions,
+            settings.mask_mix,
+            vocab_size=tokenizer.vocab_size,
+            mask_id=tokenizer.mask_token_id,
+            whole_word=settings.whole_word_mask,
+            is_continuation=[continuation[t] for t in ids] if settings.whole_word_mask else None,
+        )
+        masked_ids[row, :length] = output
+        positions[row, : len(chosen)] = chosen
+        labels[row, : len(chosen)] = originals
+        counts[row] = len(chosen)
+    return masked_ids, {"masked_lm_positions": positions, "masked_lm_ids": labels, "masked_lm_counts": counts}
+
+
+def _process_block(block_index: int, documents: list[list[str]]) -> _BlockResult:
+    """Tokenize one block and build its instances (runs in a worker process)."""
+    settings: _BlockSettings = _worker_state["settings"]
+    tokenizer = _worker_state["tokenizer"]
+    continuation = _worker_state["continuation"]
+    if settings.raw:
+        documents = [[s for paragraph in document for s in split_sentences(paragraph)] for document in documents]
+
+    sentences = [sentence for document in documents for sentence in document]
+    encoded: list[list[int]] = []
+    for first in range(0, len(sentences), _TOKENIZE_BATCH):
+        encoded.extend(tokenizer.encode_ids_batch(sentences[first : first + _TOKENIZE_BATCH]))
+    total_tokens = sum(map(len, encoded))
+    tokens = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=total_tokens)
+
+    # Per document: token offset into `tokens` and its non-empty sentence lengths.
+    document_bases: list[int] = []
+    document_lengths: list[list[int]] = []
+    empty_sentences = 0
+    cursor = 0
+    sentence_index = 0
+    for document in documents:
+        base = cursor
+        lengths = []
+        for _ in document:
+            n = len(encoded[sentence_index])
+            sentence_index += 1
+            cursor += n
+            if n:
+                lengths.append(n)
+            else:
+                empty_sentences += 1
+        if lengths:
+            document_bases.append(base)
+            document_lengths.append(lengths)
+    del encoded
+
+    # As the original: shuffle the documents, then `dupe_factor` passes over them.
+    order = list(range(len(document_lengths)))
+    random.Random(derive_seed(settings.seed, "documents", block_index)).shuffle(order)
+    document_bases = [document_bases[i] for i in order]
+    document_lengths = [document_lengths[i] for i in order]
+    document_offsets = []
+    for lengths in document_lengths:
+        offsets = [0]
+        for n in lengths:
+            offsets.append(offsets[-1] + n)
+        document_offsets.append(offsets)
+
+    a_starts, a_ends, b_starts, b_ends, random_next = [], [], [], [], []
+    same_document_random_next = 0
+    for dupe in range(settings.dupe_factor):
+        rng = random.Random(derive_seed(settings.seed, "pairs", block_index, dupe))
+        for document_index in range(len(document_lengths)):
+            for span in plan_instances_from_document(
+                document_lengths, document_index, settings.max_seq_length, settings.short_seq_prob, rng,
+                document_offsets,
+            ):
+                a_base = document_bases[span.a_document]
+                b_base = document_bases[span.b_document]
+                a_starts.append(a_base + span.a_start)
+                a_ends.append(a_base + span.a_end)
+                b_starts.append(b_base + span.b_start)
+                b_ends.append(b_base + span.b_end)
+                random_next.append(span.is_random_next)
+                if span.is_random_next and span.b_document == span.a_document:
+                    same_document_random_next += 1
+
+    # The block's instances in random order.
+    permutation = list(range(len(a_starts)))
+    random.Random(derive_seed(settings.seed, "shuffle", block_index)).shuffle(permutation)
+    pick = np.asarray(permutation, dtype=np.int64)
+    pairs = assemble_pairs(
+        tokens,
+        np.asarray(a_starts, dtype=np.int64)[pick],
+        np.asarray(a_ends, dtype=np.int64)[pick],
+        np.asarray(b_starts, dtype=np.int64)[pick],
+        np.asarray(b_ends, dtype=np.int64)[pick],
+        np.asarray(random_next, dtype=bool)[pick],
+        max_seq_length=settings.max_seq_length,
+        cls_id=tokenizer.cls_token_id,
+        sep_id=tokenizer.sep_token_id,
+        pad_id=tokenizer.pad_token_id,
+    )
+
+    masks = dump_masks = None
+    if settings.masking == "static":
+        masked_ids, masks = _mask_rows(pairs, random.Random(derive_seed(settings.seed, "mask", block_index)),
+                                       settings, tokenizer, continuation)
+        pairs.input_ids = masked_ids
+        if settings.dump:
+            dump_masks = masks
+    elif settings.dump:
+        masked_ids, dump_masks = _mask_rows(pairs, random.Random(derive_seed(settings.seed, "dump", block_index)),
+                                            settings, tokenizer, continuation)
+        dump_masks = dict(dump_masks, masked_input_ids=masked_ids)
+    pairs.input_ids = pairs.input_ids.astype(id_dtype_for(tokenizer.vocab_size))
+
+    counts = {
+        "documents_used": len(document_lengths),
+        "one_sentence_documents": sum(1 for lengths in document_lengths if len(lengths) == 1),
+        "sentences": sum(map(len, document_lengths)),
+        "empty_sentences": empty_sentences,
+        "corpus_tokens": total_tokens,
+        "instances": len(pairs.lengths),
+        "instance_tokens": int(pairs.lengths.sum()),
+        "not_next": int(pairs.next_sentence_labels.sum()),
+        "random_next_from_same_document": same_document_random_next,
+        "masked_positions": int(masks["masked_lm_counts"].sum()) if masks is not None else 0,
+    }
+    return _BlockResult(pairs=pairs, masks=masks, dump_masks=dump_masks, counts=counts)
+
+
+def _ordered_parallel_map(pool, function, items: Iterable[tuple], max_in_flight: int) -> Iterator:
+    """pool.imap with a bound on queued work (imap itself would read the whole corpus ahead)."""
+    pending: deque = deque()
+    for item in items:
+        pending.append(pool.apply_async(function, item))
+        if len(pending) >= max_in_flight:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_dump(handle, result: _BlockResult, ids_to_tokens: Sequence[str]) -> None:
+    pairs, masks = result.pairs, result.dump_masks
+    shown_ids = masks.get("masked_input_ids", pairs.input_ids)
+    for row in range(len(pairs.lengths)):
+        length = int(pairs.lengths[row])
+        b_start = int(pairs.b_starts[row])
+        count = int(masks["masked_lm_counts"][row])
+        record = {
+            "tokens": [ids_to_tokens[t] for t in shown_ids[row, :length].tolist()],
+            "segment_ids": [0] * b_start + [1] * (length - b_start),
+            "is_random_next": bool(pairs.next_sentence_labels[row]),
+            "masked_lm_positions": masks["masked_lm_positions"][row, :count].tolist(),
+            "masked_lm_labels": [ids_to_tokens[t] for t in masks["masked_lm_ids"][row, :count].tolist()],
+        }
+        handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def create_pretraining_data(
+    inputs: Sequence[str | os.PathLike] | str | os.PathLike,
+    vocab: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    max_seq_length: int = 128,
+    max_predictions_per_seq: int = 20,
+    masked_lm_prob: float = 0.15,
+    short_seq_prob: float = 0.1,
+    dupe_factor: int | None = None,
+    seed: int = 12345,
+    whole_word_mask: bool = False,
+    masking: str = "static",
+    workers: int = 1,
+    raw: bool = False,
+    dump_jsonl: str | os.PathLike | None = None,
+    mask_mix: Sequence[float] | str = DEFAULT_MASK_MIX,
+    progress: bool = True,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    block_chars: int = DEFAULT_BLOCK_CHARS,
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+    raw_document_break_lines: int = DEFAULT_RAW_DOCUMENT_BREAK_LINES,
+    encoding_errors: str = "strict",
+    overwrite: bool = False,
+) -> dict:
+    """Turn corpus files into a pre-training data directory; returns the counts (also in the manifest).
+
+    `vocab` is a vocab.txt or a directory holding one. `dupe_factor` None means 10 for static
+    and 1 for dynamic masking. See the module docstring for blocks, seeding and masking.
+    """
+    started = time.monotonic()
+    if masking not in ("static", "dynamic"):
+        raise BertkitError(f"masking must be 'static' or 'dynamic', not {masking!r}")
+    if dupe_factor is None:
+        dupe_factor = 10 if masking == "static" else 1
+    mask_mix = parse_mask_mix(mask_mix)
+    if not 5 <= max_seq_length <= 65535:
+        raise BertkitError(f"max_seq_length must be between 5 and 65535, not {max_seq_length}")
+    if not 1 <= max_predictions_per_seq <= min(255, max_seq_length - 3):
+        raise BertkitError(f"max_predictions_per_seq must be between 1 and {min(255, max_seq_length - 3)}, "
+                           f"not {max_predictions_per_seq}")
+    if not 0.0 < masked_lm_prob <= 1.0:
+        raise BertkitError(f"masked_lm_prob must be in (0, 1], not {masked_lm_prob}")
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise BertkitError(f"short_seq_prob must be in [0, 1], not {short_seq_prob}")
+    if dupe_factor < 1:
+        raise BertkitError(f"dupe_factor must be at least 1, not {dupe_factor}")
+    if workers < 1:
+        raise BertkitError(f"workers must be at least 1, not {workers}")
+    if block_chars < 1:
+        raise BertkitError("block_chars must be positive")
+
+    files = expand_inputs(inputs)
+    vocab_path = Path(vocab)
+    vocab_file = vocab_path / "vocab.txt" if vocab_path.is_dir() else vocab_path
+    if not vocab_file.is_file():
+        raise BertkitError("vocabulary file not found", path=str(vocab_file))
+    tokenizer = _load_tokenizer(str(vocab_path))
+    output_dir = Path(output_dir)
+    clear_output_dir(output_dir, overwrite)
+
+    settings = _BlockSettings(
+        vocab=str(vocab_path), raw=raw, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
+        dupe_factor=dupe_factor, seed=seed, masking=masking, masked_lm_prob=masked_lm_prob,
+        max_predictions=max_predictions_per_seq, mask_mix=mask_mix, whole_word_mask=whole_word_mask,
+        dump=dump_jsonl is not None,
+    )
+    config = {
+        "inputs": [str(f) for f in files], "vocab": str(vocab_path), "max_seq_length": max_seq_length,
+        "max_predictions_per_seq": max_predictions_per_seq, "masked_lm_prob": masked_lm_prob,
+        "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor, "seed": seed,
+        "whole_word_mask": whole_word_mask, "masking": masking, "mask_mix": list(mask_mix), "raw": raw,
+        "workers": workers, "shard_size": shard_size, "block_chars": block_chars,
+        "max_line_chars": max_line_chars, "raw_document_break_lines": raw_document_break_lines,
+        "encoding_errors": encoding_errors, "dump_jsonl": None if dump_jsonl is None else str(dump_jsonl),
+    }
+
+    stats = CorpusStats()
+    total_bytes = sum(f.stat().st_size for f in files)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="create-pretraining-data", file=sys.stderr)
+
+    def documents() -> Iterator[list[str]]:
+        for path in files:
+            yield from read_corpus_file(
+                path, raw=raw, stats=stats, max_line_chars=max_line_chars, max_document_chars=block_chars // 2,
+                raw_document_break_lines=raw_document_break_lines, encoding_errors=encoding_errors,
+                on_bytes=bar.update if bar is not None else None,
+            )
+
+    jobs = ((index, block) for index, block in enumerate(iter_document_blocks(documents(), block_chars)))
+    writer = ShardWriter(output_dir, max_seq_length=max_seq_length, max_predictions=max_predictions_per_seq,
+                         vocab_size=tokenizer.vocab_size, static_masks=masking == "static", shard_size=shard_size)
+    totals: dict[str, int] = {}
+    blocks = 0
+    dump_handle = None
+    dump_tmp = None
+    pool = None
+    try:
+        if dump_jsonl is not None:
+            dump_tmp = Path(str(dump_jsonl) + ".tmp")
+            dump_handle = open(dump_tmp, "w", encoding="utf-8")
+        if workers == 1:
+            _init_worker(settings, parallel_tokenizer=True, tokenizer=tokenizer)
+            results: Iterator[_BlockResult] = (_process_block(*job) for job in jobs)
+        else:
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            # Set while the workers start, so that `tokenizers` does not warn about a fork after
+            # this process used its thread pool; the caller's setting is restored right after.
+            previous = os.environ.get("TOKENIZERS_PARALLELISM")
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
+            try:
+                pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker,
+                                                               initargs=(settings, False))
+            finally:
+                if previous is None:
+                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
+                else:
+                    os.environ["TOKENIZERS_PARALLELISM"] = previous
+            results = _ordered_parallel_map(pool, _process_block, jobs, max_in_flight=2 * workers)
+        for result in results:
+            blocks += 1
+            writer.add(result.pairs, result.masks)
+            if dump_handle is not None:
+                _write_dump(dump_handle, result, tokenizer.ids_to_tokens)
+            for key, value in result.counts.items():
+                totals[key] = totals.get(key, 0) + value
+            if bar is not None:
+                bar.set_postfix(instances=totals.get("instances", 0), refresh=False)
+        shards = writer.close()
+    except BaseException:
+        if dump_handle is not None:
+            dump_handle.close()
+            dump_tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        if bar is not None:
+            bar.close()
+        if dump_handle is not None and not dump_handle.closed:
+            dump_handle.close()
+        for leftover in output_dir.glob("*.tmp"):
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        _worker_state.clear()
+
+    if not totals.get("instances"):
+        if dump_tmp is not None and dump_tmp.exists():
+            dump_tmp.unlink()
+        raise BertkitError("the inputs produced no instances: they contain no text the vocabulary can encode")
+    if dump_tmp is not None:
+        os.replace(dump_tmp, dump_jsonl)
+
+    vocab_copy = output_dir / "vocab.txt"
+    shutil.copyfile(vocab_file, output_dir / "vocab.txt.tmp")
+    os.replace(output_dir / "vocab.txt.tmp", vocab_copy)
+
+    instances = totals["instances"]
+    counts = {
+        "files": stats.files,
+        "empty_files": len(stats.empty_files),
+        "empty_file_paths": stats.empty_files,
+        "lines": stats.lines,
+        "documents": stats.documents,
+        "documents_used": totals["documents_used"],
+        "documents_split": stats.documents_split,
+        "paragraphs": stats.units if raw else 0,
+        "one_sentence_documents": totals["one_sentence_documents"],
+        "sentences": totals["sentences"],
+        "empty_sentences": totals["empty_sentences"],
+        "long_lines_split": stats.long_lines_split,
+        "long_paragraphs_split": stats.long_paragraphs_split,
+        "undecodable_lines": stats.undecodable_lines,
+        "corpus_tokens": totals["corpus_tokens"],
+        "blocks": blocks,
+        "instances": instances,
+        "instance_tokens": totals["instance_tokens"],
+        "not_next": totals["not_next"],
+        "not_next_fraction": totals["not_next"] / instances,
+        "random_next_from_same_document": totals["random_next_from_same_document"],
+        "masked_positions": totals["masked_positions"],
+    }
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "created_by": f"bertkit {__version__}",
+        "config": config,
+        "vocab": {
+            "file": "vocab.txt", "source": str(vocab_file), "sha256": _sha256_file(vocab_file),
+            "size": tokenizer.vocab_size, "do_lower_case": bool(getattr(tokenizer, "do_lower_case", True)),
+            "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id,
+            "sep_id": tokenizer.sep_token_id, "mask_id": tokenizer.mask_token_id,
+        },
+        # Full SHA-256 of each input's on-disk bytes, computed while streaming it.
+        "inputs": [dataclasses.asdict(record) for record in stats.input_files],
+        "counts": counts,
+        "dtypes": {"input_ids": str(id_dtype_for(tokenizer.vocab_size)), "lengths": "uint16", "b_starts": "uint16",
+                   "next_sentence_labels": "uint8", "masked_lm_positions": "uint16",
+                   "masked_lm_ids": str(id_dtype_for(tokenizer.vocab_size)), "masked_lm_counts": "uint8"},
+        "num_instances": instances,
+        "shards": shards,
+    }
+    write_json_atomic(output_dir / MANIFEST_NAME, manifest)
+    summary = dict(counts, shards=len(shards), seconds=round(time.monotonic() - started, 2), output_dir=str(output_dir))
+    return summary
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``bertkit create-pretraining-data``."""
+    parser.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                        help="corpus files (plain or .gz) or directories of them")
+    parser.add_argument("--raw", action="store_true",
+                        help="inputs are running text in paragraphs; split sentences with pysbd")
+    parser.add_argument("--vocab", required=True, metavar="PATH", help="vocab.txt or a directory holding one")
+    parser.add_argument("--output", required=True, metavar="DIR", help="output directory for shards + manifest.json")
+    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--max-predictions-per-seq", type=int, default=20)
+    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
+    parser.add_argument("--short-seq-prob", type=float, default=0.1)
+    parser.add_argument("--dupe-factor", type=int, default=None,
+                        help="passes over the corpus (default 10 with static, 1 with dynamic masking)")
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--whole-word-mask", action="store_true")
+    parser.add_argument("--masking", choices=("static", "dynamic"), default="static")
+    parser.add_argument("--mask-mix", default="80,10,10", metavar="MASK,SAME,RANDOM",
+                        help="percentages of predicted positions shown as [MASK], unchanged, random token")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--dump-jsonl", default=None, metavar="FILE",
+                        help="also write every instance as JSON (original field names)")
+    parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, metavar="N", help="instances per shard")
+    parser.add_argument("--block-chars", type=int, default=DEFAULT_BLOCK_CHARS, metavar="N",
+                        help="characters of text per processing block (NotNext partners come from the same block)")
+    parser.add_argument("--max-line-chars", type=int, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
+                        help="longer lines are split at whitespace")
+    parser.add_argument("--raw-document-break-lines", type=int, default=DEFAULT_RAW_DOCUMENT_BREAK_LINES, metavar="N",
+                        help="with --raw, this many consecutive blank lines end a document")
+    parser.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
+                        help="invalid UTF-8: stop with an error (strict) or replace the bad bytes")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing data in --output")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run_from_args(args: argparse.Namespace) -> dict:
+    """Run the command from parsed arguments; prints a one-line summary and returns the counts."""
+    summary = create_pretraining_data(
+        inputs=args.input, vocab=args.vocab, output_dir=args.output, max_seq_length=args.max_seq_length,
+        max_predictions_per_seq=args.max_predictions_per_seq, masked_lm_prob=args.masked_lm_prob,
+        short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, seed=args.seed,
+        whole_word_mask=args.whole_word_mask, masking=args.masking, workers=args.workers, raw=args.raw,
+        dump_jsonl=args.dump_jsonl, mask_mix=args.mask_mix, progress=not args.no_progress,
+        shard_size=args.shard_size, block_chars=args.block_chars, max_line_chars=args.max_line_chars,
+        raw_document_break_lines=args.raw_document_break_lines, encoding_errors=args.encoding_errors,
+        overwrite=args.overwrite,
+    )
+    print(
+        f"{summary['instances']} instances ({summary['not_next_fraction']:.1%} NotNext) from "
+        f"{summary['documents_used']} documents, {summary['sentences']} sentences in {summary['shards']} shard(s) "
+        f"-> {summary['output_dir']} ({summary['seconds']} s)"
+    )
+    if summary["empty_files"]:
+        print(f"warning: {summary['empty_files']} empty input file(s) skipped", file=sys.stderr)
+    return summary

@@ -1,0 +1,416 @@
+"""Pre-training data on disk: sharded NumPy arrays + ``manifest.json``, and the loader.
+
+Layout of an output directory::
+
+    manifest.json              written last; a directory without it is not a dataset
+    vocab.txt                  copy of the vocabulary the ids refer to
+    shard_00000/               one directory per shard, N rows each
+        input_ids.npy          (N, T) uint16 (int32 when the vocabulary has > 65,536 entries),
+                               padded with [PAD]; masked already when masking is static
+        lengths.npy            (N,) uint16, real tokens including [CLS]/[SEP]
+        b_starts.npy           (N,) uint16, position of B's first token (segment ids are 1 from
+                               here up to the length; no full segment array is stored)
+        next_sentence_labels.npy (N,) uint8, 0 = IsNext, 1 = NotNext (transformers' labels)
+      static masking only:
+        masked_lm_positions.npy (N, P) uint16, ascending, zero-padded
+        masked_lm_ids.npy      (N, P) original ids at those positions (the MLM labels)
+        masked_lm_counts.npy   (N,) uint8, valid entries per row
+
+Every shard is written under a temporary name and renamed into place, the manifest last, so a
+crash never leaves a directory that looks complete. The reader memory-maps the arrays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import BertkitError
+from .instances import PairArrays
+from .masking import mask_batch, parse_mask_mix
+
+FORMAT_NAME = "bertkit-pretraining-data"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SHARD_PREFIX = "shard_"
+PAIR_ARRAYS = ("input_ids", "lengths", "b_starts", "next_sentence_labels")
+MASK_ARRAYS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_counts")
+
+
+def id_dtype_for(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.int32)
+
+
+def derive_seed(*parts) -> int:
+    """A 63-bit seed from any tuple of ints/strings, the same in every process and Python run."""
+    digest = hashlib.sha256(repr(tuple(parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ShardWriter:
+    """Buffers instances and writes full shards of `shard_size` rows (the last may be short)."""
+
+    def __init__(self, output_dir: str | os.PathLike, *, max_seq_length: int, max_predictions: int,
+                 vocab_size: int, static_masks: bool, shard_size: int = 65536):
+        if shard_size < 1:
+            raise BertkitError("shard size must be at least 1")
+        self.output_dir = Path(output_dir)
+        self.max_seq_length = max_seq_length
+        self.max_predictions = max_predictions
+        self.id_dtype = id_dtype_for(vocab_size)
+        self.static_masks = static_masks
+        self.shard_size = shard_size
+        self.shards: list[dict] = []
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+
+    def add(self, pairs: PairArrays, masks: dict[str, np.ndarray] | None = None) -> None:
+        """Append rows; `masks` holds the three static-mask arrays when masking is static."""
+        arrays = {
+            "input_ids": pairs.input_ids,
+            "lengths": pairs.lengths,
+            "b_starts": pairs.b_starts,
+            "next_sentence_labels": pairs.next_sentence_labels,
+        }
+        if self.static_masks:
+            if masks is None:
+                raise ValueError("static masking needs the mask arrays")
+            arrays.update(masks)
+        self._pending.append(arrays)
+        self._pending_rows += len(pairs.lengths)
+        while self._pending_rows >= self.shard_size:
+            self._write_shard(self.shard_size)
+
+    def close(self) -> list[dict]:
+        if self._pending_rows:
+            self._write_shard(self._pending_rows)
+        return self.shards
+
+    def _take(self, rows: int) -> dict[str, np.ndarray]:
+        merged = {key: np.concatenate([a[key] for a in self._pending]) for key in self._pending[0]}
+        taken = {key: value[:rows] for key, value in merged.items()}
+        rest = {key: value[rows:] for key, value in merged.items()}
+        self._pending_rows -= rows
+        self._pending = [rest] if self._pending_rows else []
+        return taken
+
+    def _write_shard(self, rows: int) -> None:
+        arrays = self._take(rows)
+        name = f"{SHARD_PREFIX}{len(self.shards):05d}"
+        final = self.output_dir / name
+        tmp = self.output_dir / (name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        dtypes = {
+            "input_ids": self.id_dtype,
+            "lengths": np.uint16,
+            "b_starts": np.uint16,
+            "next_sentence_labels": np.uint8,
+            "masked_lm_positions": np.uint16,
+            "masked_lm_ids": self.id_dtype,
+            "masked_lm_counts": np.uint8,
+        }
+        for key, value in arrays.items():
+            np.save(tmp / f"{key}.npy", np.ascontiguousarray(value, dtype=dtypes[key]))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        self.shards.append({"name": name, "instances": rows})
+
+
+def clear_output_dir(output_dir: Path, overwrite: bool) -> None:
+    """Make `output_dir` ready for a new dataset; refuse to clobber one unless asked."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise BertkitError("output path exists and is not a directory", path=str(output_dir))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    old = [p for p in output_dir.iterdir() if p.name == MANIFEST_NAME or p.name.startswith(SHARD_PREFIX)]
+    if old and not overwrite:
+        raise BertkitError("output directory already holds pre-training data; pass --overwrite to replace it",
+                           path=str(output_dir))
+    # The manifest goes first, so an interrupted clean-up never leaves a valid-looking dataset.
+    for path in sorted(old, key=lambda p: p.name != MANIFEST_NAME):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+class PretrainingDataset:
+    """A created pre-training data directory, memory-mapped.
+
+    ``get_batch(indices, ...)`` returns a dict of torch tensors ready for
+    ``BertForPreTraining(**batch)``.
+    """
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+        manifest_path = self.directory / MANIFEST_NAME
+        if not manifest_path.is_file():
+            raise BertkitError("no manifest.json: not a pre-training data directory (or its creation did not finish)",
+                               path=str(self.directory))
+        try:
+            self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise BertkitError(f"manifest is not valid JSON: {exc.msg}", path=str(manifest_path),
+                               line=exc.lineno) from None
+        if self.manifest.get("format") != FORMAT_NAME or self.manifest.get("format_version") != FORMAT_VERSION:
+            raise BertkitError(
+                f"unsupported data format {self.manifest.get('format')!r} "
+                f"version {self.manifest.get('format_version')!r}"
+                f" (this bertkit reads {FORMAT_NAME!r} version {FORMAT_VERSION})",
+                path=str(manifest_path),
+            )
+        config = self.manifest["config"]
+        vocab = self.manifest["vocab"]
+        self.max_seq_length: int = config["max_seq_length"]
+        self.masking: str = config["masking"]
+        self.masked_lm_prob: float = config["masked_lm_prob"]
+        self.max_predictions: int = config["max_predictions_per_seq"]
+        self.mask_mix = tuple(config["mask_mix"])
+        self.whole_word_mask: bool = config["whole_word_mask"]
+        self.vocab_size: int = vocab["size"]
+        self.pad_id: int = vocab["pad_id"]
+        self.cls_id: int = vocab["cls_id"]
+        self.sep_id: int = vocab["sep_id"]
+        self.mask_id: int = vocab["mask_id"]
+        names = PAIR_ARRAYS + (MASK_ARRAYS if self.masking == "static" else ())
+        self._shards: list[dict[str, np.ndarray]] = []
+        for shard in self.manifest["shards"]:
+            arrays = {}
+            for key in names:
+                path = self.directory / shard["name"] / f"{key}.npy"
+                try:
+                    arrays[key] = np.load(path, mmap_mode="r")
+                except FileNotFoundError:
+                    raise BertkitError("shard file listed in the manifest is missing", path=str(path)) from None
+                if len(arrays[key]) != shard["instances"]:
+                    raise BertkitError(f"shard has {len(arrays[key])} rows, manifest says {shard['instances']}",
+                                       path=str(path))
+            self._shards.append(arrays)
+        counts = [s["instances"] for s in self.manifest["shards"]]
+        self._shard_ends = np.cumsum(counts, dtype=np.int64)
+        self._continuation: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self._shard_ends[-1]) if len(self._shard_ends) else 0
+
+    def continuation_table(self) -> torch.Tensor:
+        """(V,) bool: which vocabulary ids are ``##`` pieces (for whole-word masking)."""
+        if self._continuation is None:
+            vocab_path = self.directory / self.manifest["vocab"]["file"]
+            try:
+                tokens = vocab_path.read_text(encoding="utf-8").splitlines()
+            except FileNotFoundError:
+                raise BertkitError("vocabulary copy missing from the data directory", path=str(vocab_path)) from None
+            self._continuation = torch.tensor([t.startswith("##") for t in tokens], dtype=torch.bool)
+        return self._continuation
+
+    def rows(self, indices: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """The stored arrays for the given instance indices (in that order), as int64 arrays."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"instance index out of range 0..{len(self) - 1}")
+        shard_of = np.searchsorted(self._shard_ends, indices, side="right")
+        starts = np.concatenate([[0], self._shard_ends[:-1]])
+        out: dict[str, np.ndarray] = {}
+        for shard_index in np.unique(shard_of):
+            picked = np.nonzero(shard_of == shard_index)[0]
+            local = indices[picked] - starts[shard_index]
+            for key, array in self._shards[shard_index].items():
+                if key not in out:
+                    out[key] = np.empty((len(indices),) + array.shape[1:], dtype=np.int64)
+                out[key][picked] = array[local]
+        return out
+
+    def get_batch(
+        self,
+        indices: Sequence[int] | np.ndarray,
+        *,
+        generator: torch.Generator | None = None,
+        masking: str | None = None,
+        masked_lm_prob: float | None = None,
+        max_predictions: int | None = None,
+        mask_mix: Sequence[float] | None = None,
+        whole_word: bool | None = None,
+        objective: str = "mlm",
+        nsp: bool = True,
+        trim: bool = True,
+    ) -> dict[str, torch.Tensor]:
+        """A batch as torch tensors.
+
+        masking: "static" uses the stored masks (only for data created with static masking);
+        "dynamic" draws masks now with `generator` (stored static masks are undone first).
+        Default: the dataset's own mode. The masking overrides (prob, max predictions, mix,
+        whole word) need dynamic masking. objective "ltr": unmasked input_ids and labels = the
+        next token id at each position (-100 at padding and at the last real token), no NSP
+        label. `nsp=False` leaves out next_sentence_label. `trim` cuts the batch to its
+        longest row.
+        """
+        masking = masking or self.masking
+        if masking not in ("static", "dynamic"):
+            raise BertkitError(f"masking must be 'static' or 'dynamic', not {masking!r}")
+        if objective not in ("mlm", "ltr"):
+            raise BertkitError(f"objective must be 'mlm' or 'ltr', not {objective!r}")
+        if masking == "static" and self.masking != "static":
+            raise BertkitError("this data was created with dynamic masking: it stores no masks",
+                               path=str(self.directory))
+        overrides = {"masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
+                     "mask_mix": mask_mix, "whole_word": whole_word}
+        if masking == "static" and objective == "mlm":
+            stored = {"masked_lm_prob": self.masked_lm_prob, "max_predictions": self.max_predictions,
+                      "mask_mix": self.mask_mix, "whole_word": self.whole_word_mask}
+            for key, value in overrides.items():
+                wanted = parse_mask_mix(value) if key == "mask_mix" and value is not None else value
+                if wanted is not None and wanted != stored[key]:
+                    raise BertkitError(f"{key}={value!r} differs from the stored static masks ({stored[key]!r}); "
+                                       "use masking='dynamic' to draw new masks at load time")
+
+        raw = self.rows(indices)
+        lengths = raw["lengths"]
+        width = int(lengths.max()) if trim and len(lengths) else self.max_seq_length
+        ids = np.ascontiguousarray(raw["input_ids"][:, :width])
+        count = len(lengths)
+        positions = np.arange(width)[None, :]
+        attention = positions < lengths[:, None]
+        token_types = (positions >= raw["b_starts"][:, None]) & attention
+        stored = None  # static masks as (rows, positions, original ids)
+        if self.masking == "static":
+            valid = np.arange(raw["masked_lm_positions"].shape[1])[None, :] < raw["masked_lm_counts"][:, None]
+            stored = (np.nonzero(valid)[0], raw["masked_lm_positions"][valid], raw["masked_lm_ids"][valid])
+            if masking == "dynamic" or objective == "ltr":
+                ids[stored[0], stored[1]] = stored[2]  # undo the stored mask
+
+        batch: dict[str, torch.Tensor] = {}
+        input_ids = torch.from_numpy(ids)
+        if objective == "ltr":
+            # Position t predicts token t+1 while t+1 is a real token.
+            next_is_real = np.zeros((count, width), dtype=bool)
+            next_is_real[:, :-1] = positions[:, 1:] < lengths[:, None]
+            labels = torch.full_like(input_ids, -100)
+            labels[:, :-1] = input_ids[:, 1:]
+            labels = torch.where(torch.from_numpy(next_is_real), labels, torch.full_like(labels, -100))
+        elif masking == "static":
+            labels_np = np.full((count, width), -100, dtype=np.int64)
+            labels_np[stored[0], stored[1]] = stored[2]
+            labels = torch.from_numpy(labels_np)
+        else:
+            # [CLS], the middle [SEP], the final [SEP] and padding are never predicted.
+            special = ((positions == 0) | (positions == raw["b_starts"][:, None] - 1)
+                       | (positions >= lengths[:, None] - 1))
+            mix = parse_mask_mix(mask_mix) if mask_mix is not None else self.mask_mix
+            use_whole_word = self.whole_word_mask if whole_word is None else whole_word
+            input_ids, labels = mask_batch(
+                input_ids,
+                torch.from_numpy(special),
+                generator,
+                self.masked_lm_prob if masked_lm_prob is None else masked_lm_prob,
+                self.max_predictions if max_predictions is None else max_predictions,
+                mix,
+                vocab_size=self.vocab_size,
+                mask_id=self.mask_id,
+                whole_word=use_whole_word,
+                is_continuation=self.continuation_table() if use_whole_word else None,
+            )
+        batch["input_ids"] = input_ids
+        batch["token_type_ids"] = torch.from_numpy(token_types.astype(np.int64))
+        batch["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
+        batch["labels"] = labels
+        if nsp and objective == "mlm":
+            batch["next_sentence_label"] = torch.from_numpy(raw["next_sentence_labels"])
+        return batch
+
+
+class PretrainingBatchSource:
+    """Batches for the training loop: ``num_batches(epoch)`` and ``batches(epoch, start=0)``.
+
+    Each epoch visits the instances in a fresh random order (a permutation seeded by
+    (seed, epoch)). Global batch b holds permutation entries ``[b*B*W, (b+1)*B*W)``; rank r
+    takes its own contiguous slice of B of them, so ranks never overlap and each reads only
+    its rows. `batch_size` is the per-rank batch. Dynamic masks are drawn with a generator
+    seeded by (seed, epoch, batch index, rank): a new mask every epoch, the same on a rerun
+    and when resuming at `start`. Without `drop_last` the last global batch is cut evenly
+    across ranks, topped up from the start of the permutation so that all ranks get the
+    same number of batches (as torch's DistributedSampler does).
+    """
+
+    def __init__(
+        self,
+        dataset: PretrainingDataset,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        drop_last: bool = True,
+        *,
+        masking: str | None = None,
+        masked_lm_prob: float | None = None,
+        max_predictions: int | None = None,
+        mask_mix: Sequence[float] | str | None = None,
+        whole_word: bool | None = None,
+        objective: str = "mlm",
+        nsp: bool = True,
+        trim: bool = True,
+    ):
+        if batch_size < 1:
+            raise BertkitError("batch size must be at least 1")
+        if not 0 <= rank < world_size:
+            raise BertkitError(f"rank {rank} outside world size {world_size}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.drop_last = drop_last
+        self.options = dict(masking=masking, masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
+                            mask_mix=parse_mask_mix(mask_mix) if mask_mix is not None else None,
+                            whole_word=whole_word, objective=objective, nsp=nsp, trim=trim)
+        # Fail now, not at the first batch, on options the data cannot serve.
+        if len(dataset):
+            dataset.get_batch([0], generator=torch.Generator().manual_seed(0), **self.options)
+        if self.num_batches(0) == 0:
+            raise BertkitError(f"{len(dataset)} instances are fewer than one batch of {batch_size * world_size}")
+
+    def num_batches(self, epoch: int) -> int:
+        global_batch = self.batch_size * self.world_size
+        if self.drop_last:
+            return len(self.dataset) // global_batch
+        return math.ceil(len(self.dataset) / global_batch)
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, "order", epoch))
+        return torch.randperm(len(self.dataset), generator=generator)
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        order = self._permutation(epoch).numpy()
+        total = len(order)
+        global_batch = self.batch_size * self.world_size
+        for index in range(start, self.num_batches(epoch)):
+            first = index * global_batch
+            if first + global_batch <= total:
+                mine = order[first + self.rank * self.batch_size: first + (self.rank + 1) * self.batch_size]
+            else:
+                # Last, partial global batch: an even share per rank, padded by wrapping around.
+                per_rank = math.ceil((total - first) / self.world_size)
+                picked = np.take(order, np.arange(first, first + per_rank * self.world_size), mode="wrap")
+                mine = picked[self.rank * per_rank:(self.rank + 1) * per_rank]
+            generator = torch.Generator().manual_seed(derive_seed(self.seed, "mask", epoch, index, self.rank))
+            yield self.dataset.get_batch(mine, generator=generator, **self.options)

@@ -1,0 +1,41 @@
+"""`bertkit train-tokenizer` and `bertkit tokenize`: thin wrappers over bertkit.tokenizer."""
+
+from __future__ import annotations
+
+import sys
+
+
+class train:
+    @staticmethod
+    def add_arguments(p) -> None:
+        p.add_argument("--input", nargs="+", required=True, help="corpus files (plain or .gz), one sentence per line")
+        p.add_argument("--vocab-size", type=int, required=True)
+        p.add_argument("--output", required=True, help="directory for vocab.txt + tokenizer_config.json")
+        p.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
+        p.add_argument("--min-frequency", type=int, default=2)
+
+    @staticmethod
+    def run_from_args(args) -> int:
+        from .tokenizer import train_tokenizer
+
+        tok = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
+                              min_frequency=args.min_frequency)
+        print(f"{tok.vocab_size} tokens ({'cased' if args.cased else 'uncased'}) -> {args.output}")
+        return 0
+
+
+class tokenize:
+    @staticmethod
+    def add_arguments(p) -> None:
+        p.add_argument("--vocab", required=True, help="vocab.txt or a model directory")
+        p.add_argument("--cased", action="store_true", help="do not lower-case (overrides tokenizer_config.json)")
+        p.add_argument("--tokens", action="store_true", help="print WordPiece tokens instead of ids")
+
+    @staticmethod
+    def run_from_args(args) -> int:
+        from .tokenizer import BertTokenizer, tokenize_stream
+
+        tok = BertTokenizer.from_pretrained(args.vocab, do_lower_case=False if args.cased else None)
+        # Bytes in, so invalid UTF-8 is reported with its line number.
+        tokenize_stream(tok, sys.stdin.buffer, sys.stdout, as_tokens=args.tokens)
+        return 0
