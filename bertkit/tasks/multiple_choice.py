@@ -1,0 +1,240 @@
+"""SWAG-style multiple choice: pick the ending that follows a context (SPEC §7, §9).
+
+Each example becomes one `[CLS] context [SEP] ending_k [SEP]` sequence per ending, as in SWAG's
+original set-up and transformers' run_swag: the context is `sent1`, the second segment is
+`sent2 + " " + ending_k`. BertForMultipleChoice scores each pooled [CLS] with one vector V and takes
+a softmax over the endings; the metric is accuracy. Training uses the same sweep protocol as GLUE
+(grid x restarts, best dev accuracy wins); the paper's SWAG settings are lr 2e-5, batch 16, 3 epochs.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import random
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import BertkitError
+from ..metrics.glue import accuracy
+from .common import grid, predict
+from .glue import (Examples, _BadRows, _config_text, _predict_precision, add_sweep_arguments, results_document,
+                   run_protocol, subsample, sweep_options, write_predictions)
+
+ENDING_PREFIX = "ending"
+
+
+@dataclasses.dataclass
+class MultipleChoiceExample:
+    index: str  # SWAG's unnamed first column (or the row number)
+    context: str  # sent1
+    start: str  # sent2: the first words of the ending, shared by every choice
+    endings: list[str]
+    label: int | None  # index of the right ending; None in unlabelled (test) files
+    line: int = 0
+
+
+def _records(path: Path):
+    """(line number, {column: value}) per record, or (line, None, field count) when a CSV record has
+    the wrong number of fields. Reads a real CSV (quoted fields may hold commas and line breaks) or,
+    for .json/.jsonl, one JSON object per line."""
+    if path.suffix in (".json", ".jsonl"):
+        for number, text in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):
+            if text.strip():
+                try:
+                    row = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise BertkitError(f"not a JSON object per line ({e.msg})", path=str(path), line=number) from None
+                if not isinstance(row, dict):
+                    raise BertkitError("not a JSON object per line", path=str(path), line=number)
+                yield number, {k: (v if isinstance(v, str) else str(v)) for k, v in row.items()}, None
+        return
+    with path.open(encoding="utf-8-sig", newline="") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise BertkitError("empty file: expected a header row", path=str(path))
+            start = reader.line_num + 1
+            for fields in reader:
+                if any(v.strip() for v in fields):
+                    if len(fields) == len(header):
+                        yield start, dict(zip(header, fields)), None
+                    else:
+                        yield start, dict.fromkeys(header), f"expected {len(header)} comma-separated fields, found {len(fields)}"
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise BertkitError(f"malformed CSV ({e})", path=str(path), line=reader.line_num) from None
+
+
+def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
+    """Read SWAG's CSV (`video-id, fold-ind, startphrase, sent1, sent2, gold-source, ending0..3, label`;
+    CODAH and HellaSwag converted to those columns) or the same fields as JSON lines. The number of
+    endings is however many `endingK` columns there are; `label` is optional (test files)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError("file not found", path=str(path))
+    bad = _BadRows(path, skip_bad_rows)
+    examples, endings = [], None
+    for row_number, (line, row, problem) in enumerate(_records(path)):
+        if endings is None:
+            endings = sorted((c for c in row if c.startswith(ENDING_PREFIX) and c[len(ENDING_PREFIX):].isdigit()),
+                             key=lambda c: int(c[len(ENDING_PREFIX):]))
+            if "sent1" not in row or "sent2" not in row or len(endings) < 2:
+                raise BertkitError(f"not a SWAG-style file: needs sent1, sent2 and ending0, ending1, ... columns; "
+                                   f"found {list(row)}", path=str(path), line=1)
+        if problem is None and any(row.get(c) is None for c in ["sent1", "sent2"] + endings):
+            problem = f"missing field(s): {', '.join(c for c in ['sent1', 'sent2'] + endings if row.get(c) is None)}"
+        if problem is not None:
+            bad(line, problem)
+            continue
+        label = None
+        raw = (row.get("label") or "").strip()
+        if raw != "":
+            if not raw.isdigit() or not 0 <= int(raw) < len(endings):
+                bad(line, f"label {raw!r} is not an ending number 0..{len(endings) - 1}")
+                continue
+            label = int(raw)
+        index = row.get("") or row.get("id") or str(row_number)
+        examples.append(MultipleChoiceExample(index=index, context=row["sent1"], start=row["sent2"],
+                                              endings=[row[c] for c in endings], label=label, line=line))
+    if not examples and not bad.skipped:
+        raise BertkitError("no examples", path=str(path))
+    return Examples(examples, path=path, skipped=bad.skipped)
+
+
+def split_dev(examples: Examples, dev_fraction: float, seed: int = 0) -> tuple[Examples, Examples]:
+    """Hold out a seeded random dev_fraction of a single file as dev (both parts keep file order)."""
+    if not 0.0 < dev_fraction < 1.0:
+        raise BertkitError(f"--dev-fraction must be between 0 and 1, not {dev_fraction}")
+    n_dev = max(1, round(len(examples) * dev_fraction))
+    if n_dev >= len(examples):
+        raise BertkitError(f"{len(examples)} examples are too few to hold out {dev_fraction:.0%} as dev",
+                           path=examples.path)
+    dev_ids = set(random.Random(seed).sample(range(len(examples)), n_dev))
+    train = Examples([e for i, e in enumerate(examples) if i not in dev_ids], examples.path, examples.skipped)
+    dev = Examples([e for i, e in enumerate(examples) if i in dev_ids], examples.path)
+    return train, dev
+
+
+def multiple_choice_features(examples: Sequence[MultipleChoiceExample], tokenizer,
+                             max_seq_length: int = 128) -> list[dict]:
+    """Per example, C sequences `[CLS] sent1 [SEP] sent2 ending_k [SEP]` (lists of C lists per key)."""
+    if not examples:
+        return []
+    firsts, seconds, sizes = [], [], []
+    for e in examples:
+        for ending in e.endings:
+            firsts.append(e.context)
+            seconds.append(f"{e.start} {ending}".strip())
+        sizes.append(len(e.endings))
+    encoded = tokenizer.encode_batch(firsts, seconds, max_length=max_seq_length, truncation=True)
+    features, at = [], 0
+    for e, size in zip(examples, sizes):
+        choices = encoded[at:at + size]
+        at += size
+        feature = {key: [list(c[key]) for c in choices] for key in ("input_ids", "token_type_ids", "attention_mask")}
+        if e.label is not None:
+            feature["labels"] = e.label
+        features.append(feature)
+    return features
+
+
+def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=None, test_file=None,
+                             dev_fraction: float | None = None, split_seed: int = 0,
+                             learning_rates=(2e-5,), epochs=(3,), batch_sizes=(16,), seeds=(42,),
+                             max_seq_length: int = 128, max_train_examples: int | None = None,
+                             precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
+                             eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
+                             dropout: float | None = 0.1, log: Callable[[str], None] | None = print) -> dict:
+    """Fine-tune BertForMultipleChoice with the paper's protocol; returns the results.json content.
+
+    Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev.
+    With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
+    given) and model/ (the best run, Hugging Face layout)."""
+    from ..heads import BertForMultipleChoice
+    from ..tokenizer import BertTokenizer
+
+    log = log or (lambda message: None)
+    train = read_swag_file(train_file, skip_bad_rows)
+    if dev_file is not None:
+        dev = read_swag_file(dev_file, skip_bad_rows)
+    elif dev_fraction:
+        train, dev = split_dev(train, dev_fraction, split_seed)
+    else:
+        raise BertkitError("no dev set: give a dev file or --dev-fraction to hold out part of the train file")
+    for split in (train, dev):
+        unlabelled = [e for e in split if e.label is None]
+        if unlabelled:
+            raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
+    test = read_swag_file(test_file, skip_bad_rows) if test_file is not None else None
+
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
+    dev_features = multiple_choice_features(dev, tokenizer, max_seq_length)
+    gold = [e.label for e in dev]
+    overrides = {} if dropout is None else dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+
+    def build_model():
+        return BertForMultipleChoice.from_pretrained(model_dir, **overrides)
+
+    def choose(model, features) -> list[int]:
+        logits = predict(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
+                         precision=_predict_precision(model, precision))["logits"]
+        return [int(v.argmax()) for v in logits]
+
+    def evaluate(model):
+        predictions = choose(model, dev_features)
+        return {"accuracy": accuracy(predictions, gold)}, {"dev": predictions}
+
+    configs = grid(learning_rates, epochs, batch_sizes, seeds)
+    name = Path(train_file).stem
+    log(f"{name}: {len(train_features)} train / {len(dev_features)} dev examples "
+        f"({len(train[0].endings)} endings each), {len(configs)} run(s), max length {max_seq_length}")
+    skipped = {"train": len(train.skipped), "dev": len(dev.skipped), "test": len(test.skipped) if test else 0}
+    if any(skipped.values()):
+        log(f"{name}: skipped malformed rows: {skipped}")
+    best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m["accuracy"],
+                              precision=precision, device=device, warmup_ratio=warmup_ratio,
+                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name, log=log)
+    results = results_document("swag", best, runs, {
+        "train_file": str(train_file), "dev_file": str(dev_file) if dev_file else None,
+        "dev_fraction": None if dev_file else dev_fraction, "split_seed": None if dev_file else split_seed,
+        "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
+        "max_seq_length": max_seq_length, "skipped_rows": skipped, "selection": "best dev accuracy"})
+
+    if output_dir is not None:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model, outputs = best.artifacts
+        write_predictions(out / "dev_predictions.tsv", [e.index for e in dev], outputs["dev"])
+        if test is not None:
+            test_features = [{k: v for k, v in f.items() if k != "labels"}
+                             for f in multiple_choice_features(test, tokenizer, max_seq_length)]
+            write_predictions(out / "test_predictions.tsv", [e.index for e in test], choose(model, test_features))
+            if all(e.label is not None for e in test):  # a labelled test file: score it too
+                results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
+        model.save_pretrained(out / "model", tokenizer=tokenizer)
+        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        log(f"{name}: best {_config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
+    return results
+
+
+def add_finetune_arguments(parser) -> None:
+    parser.add_argument("--train-file", required=True, help="SWAG-style CSV (or JSON lines) with labels")
+    parser.add_argument("--dev-file", default=None, help="labelled dev file; without it see --dev-fraction")
+    parser.add_argument("--test-file", default=None, help="file to predict (labels optional)")
+    parser.add_argument("--dev-fraction", type=float, default=None,
+                        help="hold out this fraction of the train file as dev when there is no dev file (e.g. 0.2)")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the --dev-fraction split (default 0)")
+    add_sweep_arguments(parser, learning_rates="2e-5", batch_sizes="16", epochs="3")
+    parser.epilog = "Defaults follow the paper's SWAG settings: lr 2e-5, batch 16, 3 epochs, max length 128."
+
+
+def run_finetune(args) -> int:
+    options = sweep_options(args)
+    finetune_multiple_choice(args.model, args.train_file, args.dev_file, args.output, test_file=args.test_file,
+                             dev_fraction=args.dev_fraction, split_seed=args.split_seed, **options,
+                             log=lambda message: print(message, flush=True))
+    return 0
