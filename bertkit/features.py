@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -518,7 +519,7 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
         if combine == "weighted":
             entry["layer_weights"] = torch.softmax(tagger.layer_weights.detach().float().cpu(), 0).tolist()
             entry["gamma"] = float(tagger.gamma.detach())
-        log.info("feature-based %s: dev F1 %.4f", variant, entry["dev"]["f1"])
+        print(f"feature-based {variant}: dev F1 {entry['dev']['f1']:.4f}", file=sys.stderr)
         results["variants"][variant] = entry
         if variant_dir is not None:
             save_tagger(tagger, variant_dir, {"variant": variant, "encoder": str(model_dir), "hidden_layers": layers,

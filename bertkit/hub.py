@@ -137,7 +137,12 @@ class PreTrainedMixin:
                 parts.append(f"newly initialised (not in checkpoint): {', '.join(missing)}")
             if unexpected:
                 parts.append(f"unused from checkpoint: {', '.join(sorted(unexpected))}")
-            log.warning("%s into %s: %s", source, type(self).__name__, "; ".join(parts))
+            # A new task head, or pre-training heads left behind, is the normal fine-tuning case; a
+            # missing or unused encoder weight is not.
+            surprising = [k for k in missing + unexpected
+                          if k.startswith(("bert.embeddings", "bert.encoder", "embeddings", "encoder"))]
+            log.log(logging.WARNING if surprising else logging.INFO, "%s into %s: %s", source,
+                    type(self).__name__, "; ".join(parts))
         self.loading_info = {"missing_keys": missing, "unexpected_keys": sorted(unexpected)}
         return self.loading_info
 

@@ -136,14 +136,16 @@ def test_pretraining_checkpoint_into_base_model(tmp_path):
     assert torch.equal(got.pooler_output, expected.pooler_output)
 
 
-def test_pretraining_checkpoint_into_classifier_warns_once(tmp_path, caplog):
+def test_pretraining_checkpoint_into_classifier_reports_once(tmp_path, caplog):
     pretrained = build("BertForPreTraining")
     pretrained.save_pretrained(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="bertkit"):
+    with caplog.at_level(logging.INFO, logger="bertkit"):
         classifier = bertkit.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=4)
-    warnings = [r for r in caplog.records if r.name == "bertkit" and r.levelno >= logging.WARNING]
-    assert len(warnings) == 1
-    message = warnings[0].getMessage()
+    reports = [r for r in caplog.records if r.name == "bertkit" and r.levelno >= logging.INFO]
+    assert len(reports) == 1
+    # A new head and unused pre-training heads are the normal fine-tuning case: info, not a warning.
+    assert reports[0].levelno == logging.INFO
+    message = reports[0].getMessage()
     assert "newly initialised" in message and "classifier.weight" in message and "classifier.bias" in message
     assert "cls.seq_relationship.weight" in message and "cls.predictions.bias" in message
     assert str(tmp_path / "model.safetensors") in message
@@ -154,6 +156,19 @@ def test_pretraining_checkpoint_into_classifier_warns_once(tmp_path, caplog):
         assert torch.equal(classifier.bert.state_dict()[key], tensor), key
     assert torch.all(classifier.classifier.bias == 0)
     assert 0 < classifier.classifier.weight.abs().max() <= 0.04
+
+
+def test_missing_encoder_weights_warn(tmp_path, caplog):
+    from safetensors.torch import load_file, save_file
+
+    build("BertModel").save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    del state["encoder.layer.0.output.dense.weight"]
+    save_file(state, tmp_path / "model.safetensors")
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        bertkit.BertModel.from_pretrained(tmp_path)
+    warnings = [r for r in caplog.records if r.name == "bertkit" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "encoder.layer.0.output.dense.weight" in warnings[0].getMessage()
 
 
 @pytest.mark.parametrize("target", ["BertForSequenceClassification", "BertForQuestionAnswering",

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -441,8 +442,9 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         metrics = {f"{'dev' if split == 'valid' else split}_{k}": v for split, r in scores.items()
                    for k, v in r.items() if k in ("precision", "recall", "f1", "accuracy")}
         metrics["train_seq_per_s"] = train.sequences_per_second
-        log.info("ner %s: dev F1 %.4f%s", name, scores["valid"]["f1"],
-                 f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else "")
+        if progress is not False:  # one line per finished run, like the other tasks
+            print(f"ner {name}: dev F1 {scores['valid']['f1']:.4f}"
+                  + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""), file=sys.stderr)
         return RunResult(config, metrics, scores["valid"]["f1"], time.perf_counter() - started,
                          artifacts={"model": model, "scores": scores, "predictions": predictions})
 
