@@ -1,0 +1,452 @@
+"""SQuAD v1.1 / v2.0 span question answering, following Google's run_squad.py (SPEC §7, §9).
+
+Read the official JSON -> sliding windows over each passage (`squad_windows`, see
+squad_windows.py) -> BertForQuestionAnswering (start/end logits, loss (CE(start) + CE(end)) / 2)
+-> `postprocess_predictions`: the original's n-best search and answer text -> the official
+evaluators (bertkit.metrics.squad).
+
+Post-processing, as the original's write_predictions:
+- per window, the `n_best_size` highest start and end logits (ties: lower position first); a pair
+  is a candidate when both positions lie in the passage part of the window, the start token has
+  its maximum context in this window, end >= start and the span has at most `max_answer_length`
+  tokens; candidates of all windows are ranked by start + end logit and de-duplicated by text;
+- the text is `context[start of first token : end of last token]`, an exact substring of the
+  passage. The original rebuilds it from whitespace words and `get_final_text`; for ordinary text
+  both agree (tests/tasks/test_squad_windows.py checks it on the dev set). They differ only where
+  the original's version is lossy: it joins words with one space (a span crossing a line break or
+  a double space) and falls back to whole words when its character alignment fails;
+- v2.0: the null score is start_logit[0] + end_logit[0] ([CLS]) of the window where it is
+  smallest; the null answer joins the candidates; the prediction is "" when null score - best
+  non-null score > `null_score_diff_threshold` (tau). null_odds.json holds that difference per
+  question (the official evaluator's na_prob input). With gold answers at hand, tau is also
+  searched to maximise F1 (bertkit.metrics.squad.best_null_threshold) and applied; results.json
+  reports the scores at the default and at the best tau;
+- the original's rare edge cases are kept: a question with no valid span predicts "empty" (v1.1)
+  or "" with null odds 1e6 (v2.0, where the original would crash).
+tests/tasks/test_squad_postprocess.py checks predictions, n-best lists and null odds against
+transformers' line-by-line port of write_predictions on real passages.
+
+Differences from the original, all deliberate: the passage is tokenized once with offsets rather
+than word by word (identical WordPiece tokens for ordinary whitespace); a training question with
+several answers uses the first (the original demands exactly one); logits are computed over the
+unpadded window, so padding positions never take n-best slots.
+
+No SQuAD v2.0 training set exists locally. The honest local v2.0 protocol splits the ARTICLES of
+dev-v2.0 in two: train on one part, evaluate (and tune tau) on the other, never sharing a passage:
+
+    bertkit finetune squad --model DIR --train-file dev-v2.0.json --dev-file dev-v2.0.json \\
+        --article-split 0.5 --split-seed 0 --output OUT
+
+`--article-split F` keeps a seeded random fraction F of the training file's articles (by title)
+for training and drops every dev article with one of those titles. Any v2.0-format file works as
+`--train-file`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import BertkitError
+from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
+from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
+                            article_split, check_is_max_context, read_squad, sample_examples, squad_json,
+                            squad_windows)
+
+__all__ = ["SquadAnswer", "SquadExample", "SquadData", "SquadPredictions", "read_squad", "squad_json",
+           "squad_windows", "check_is_max_context", "postprocess_predictions", "predict_squad",
+           "score_predictions", "finetune_squad", "predict_squad_file", "article_split", "sample_examples"]
+
+NO_SPAN_NULL_ODDS = 1e6  # the original's "large and positive" null-score sentinel
+
+
+# --------------------------------------------------------------------------- post-processing
+
+
+@dataclasses.dataclass
+class SquadPredictions:
+    predictions: dict[str, str]  # qid -> answer text ("" = no answer, v2.0)
+    nbest: dict[str, list[dict]]  # qid -> [{text, probability, start_logit, end_logit}]
+    version_2_with_negative: bool = False
+    null_odds: dict[str, float] = dataclasses.field(default_factory=dict)  # v2.0: null - best non-null score
+    best_non_null: dict[str, str] = dataclasses.field(default_factory=dict)  # v2.0: the answer when answering
+    null_score_diff_threshold: float = 0.0
+
+    def with_threshold(self, threshold: float) -> "SquadPredictions":
+        """The v2.0 predictions at another null threshold tau ("" where null odds > tau)."""
+        if not self.version_2_with_negative:
+            return self
+        predictions = {qid: "" if odds > threshold else self.best_non_null[qid] for qid, odds in self.null_odds.items()}
+        return dataclasses.replace(self, predictions=predictions, null_score_diff_threshold=threshold)
+
+    def write(self, output_dir: str | Path) -> list[Path]:
+        """predictions.json, nbest_predictions.json and (v2.0) null_odds.json, as the original names them."""
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        files = {"predictions.json": self.predictions, "nbest_predictions.json": self.nbest}
+        if self.version_2_with_negative:
+            files["null_odds.json"] = self.null_odds
+        for name, content in files.items():
+            (out / name).write_text(json.dumps(content, indent=4) + "\n", encoding="utf-8")
+        return [out / name for name in files]
+
+
+def _best_indexes(logits: list[float], n_best_size: int) -> list[int]:
+    # sorted() is stable, so equal logits keep position order, as in the original.
+    return sorted(range(len(logits)), key=lambda i: logits[i], reverse=True)[:n_best_size]
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def postprocess_predictions(examples: Sequence[SquadExample], windows: Sequence[SquadWindow], start_logits,
+                            end_logits, version_2_with_negative: bool = False, n_best_size: int = 20,
+                            max_answer_length: int = 30, null_score_diff_threshold: float = 0.0) -> SquadPredictions:
+    """The original's write_predictions. start_logits[i] / end_logits[i]: one value per position of
+    windows[i] (tensors or lists). Returns predictions, n-best lists and (v2.0) null odds."""
+    by_example: dict[int, list[int]] = defaultdict(list)
+    for window_index, window in enumerate(windows):
+        by_example[window.example_index].append(window_index)
+
+    predictions, all_nbest, null_odds, best_non_null = {}, {}, {}, {}
+    for example_index, example in enumerate(examples):
+        prelim = []  # (score, window index, start, end, start logit, end logit), in the original's order
+        score_null, null_window, null_start_logit, null_end_logit = NO_SPAN_NULL_ODDS, None, 0.0, 0.0
+        for window_index in by_example.get(example_index, []):
+            window = windows[window_index]
+            starts, ends = _as_floats(start_logits[window_index]), _as_floats(end_logits[window_index])
+            if len(starts) != len(window.input_ids) or len(ends) != len(window.input_ids):
+                raise BertkitError(f"window {window_index} has {len(window.input_ids)} positions but "
+                                   f"{len(starts)} start / {len(ends)} end logits")
+            if version_2_with_negative and starts[0] + ends[0] < score_null:
+                score_null, null_window = starts[0] + ends[0], window_index
+                null_start_logit, null_end_logit = starts[0], ends[0]
+            end_candidates = _best_indexes(ends, n_best_size)
+            for start in _best_indexes(starts, n_best_size):
+                if not window.is_context(start) or not window.is_max_context(start):
+                    continue
+                for end in end_candidates:
+                    if not window.is_context(end) or end < start or end - start + 1 > max_answer_length:
+                        continue
+                    prelim.append((starts[start] + ends[end], window_index, start, end, starts[start], ends[end]))
+        if version_2_with_negative and null_window is not None:
+            prelim.append((score_null, null_window, 0, 0, null_start_logit, null_end_logit))
+        prelim.sort(key=lambda p: p[0], reverse=True)  # stable: ties keep the original's order
+
+        nbest, seen = [], set()
+        for _, window_index, start, end, start_logit, end_logit in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            if start > 0:
+                window = windows[window_index]
+                text = example.context[window.char_span(start)[0]:window.char_span(end)[1]]
+            else:
+                text = ""
+            if text in seen:
+                continue
+            seen.add(text)
+            nbest.append({"text": text, "start_logit": start_logit, "end_logit": end_logit})
+        if version_2_with_negative and "" not in seen:
+            nbest.append({"text": "", "start_logit": null_start_logit, "end_logit": null_end_logit})
+        if not nbest:  # the original's nonce when no span is valid
+            nbest.append({"text": "empty", "start_logit": 0.0, "end_logit": 0.0})
+        probabilities = _softmax([e["start_logit"] + e["end_logit"] for e in nbest])
+        all_nbest[example.qid] = [{"text": e["text"], "probability": p, "start_logit": e["start_logit"],
+                                   "end_logit": e["end_logit"]} for e, p in zip(nbest, probabilities)]
+        if not version_2_with_negative:
+            predictions[example.qid] = nbest[0]["text"]
+            continue
+        best = next((e for e in nbest if e["text"]), None)
+        if best is None:
+            best_non_null[example.qid], null_odds[example.qid] = "", NO_SPAN_NULL_ODDS
+        else:
+            best_non_null[example.qid] = best["text"]
+            null_odds[example.qid] = score_null - best["start_logit"] - best["end_logit"]
+        predictions[example.qid] = "" if null_odds[example.qid] > null_score_diff_threshold else best_non_null[example.qid]
+    return SquadPredictions(predictions, all_nbest, version_2_with_negative, null_odds, best_non_null,
+                            null_score_diff_threshold)
+
+
+def _as_floats(values) -> list[float]:
+    return values.tolist() if hasattr(values, "tolist") else [float(v) for v in values]
+
+
+# --------------------------------------------------------------------------- predict and score
+
+
+def predict_squad(model, tokenizer, examples: Sequence[SquadExample], version_2_with_negative: bool = False,
+                  max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
+                  n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+                  batch_size: int = 64, device=None, precision: str = "fp32") -> SquadPredictions:
+    """Windows -> start/end logits (BertForQuestionAnswering) -> the original's post-processing."""
+    from ..device import pick_device, resolve_precision
+    from .common import predict
+
+    if device is not None:
+        model.to(pick_device(device) if isinstance(device, str) else device)
+    run_device = next(model.parameters()).device
+    windows = squad_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length, training=False)
+    outputs = predict(model, WindowInputs(windows.windows), batch_size=batch_size,
+                      output_keys=("start_logits", "end_logits"), pad_token_id=tokenizer.pad_token_id,
+                      device=run_device, precision=resolve_precision(precision, run_device))
+    return postprocess_predictions(examples, windows.windows, outputs["start_logits"], outputs["end_logits"],
+                                   version_2_with_negative, n_best_size, max_answer_length, null_score_diff_threshold)
+
+
+def score_predictions(examples: Sequence[SquadExample], result: SquadPredictions,
+                      search_threshold: bool = True) -> tuple[dict, SquadPredictions]:
+    """Official metrics of `result` on these examples. v2.0: the scores at the given null threshold
+    and, with `search_threshold`, at the tau maximising F1; returns (metrics, the predictions at the
+    applied threshold)."""
+    if not result.version_2_with_negative:
+        return evaluate_v1(squad_json(examples, "1.1"), result.predictions), result
+    dataset = squad_json(examples, "2.0")
+    default = evaluate_v2(dataset, result.predictions, na_probs=result.null_odds)
+    metrics = {"null_score_diff_threshold": result.null_score_diff_threshold,
+               "default_threshold": {"null_score_diff_threshold": result.null_score_diff_threshold, **default}}
+    if not search_threshold:
+        return metrics, result
+    threshold, _ = best_null_threshold(dataset, result.best_non_null, result.null_odds)
+    tuned = result.with_threshold(threshold)
+    metrics["best_threshold"] = {"null_score_diff_threshold": threshold,
+                                 **evaluate_v2(dataset, tuned.predictions, na_probs=result.null_odds)}
+    metrics["null_score_diff_threshold"] = threshold
+    return metrics, tuned
+
+
+def _scored(examples: Sequence[SquadExample], result: SquadPredictions, search_threshold: bool,
+            has_answers: bool) -> tuple[dict | None, SquadPredictions]:
+    if not has_answers:
+        return None, result
+    return score_predictions(examples, result, search_threshold)
+
+
+# --------------------------------------------------------------------------- fine-tune and predict (files)
+
+
+def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: str | Path,
+                   dev_file: str | Path | None = None, version: str | None = None, epochs: float = 3.0,
+                   learning_rate: float = 5e-5, batch_size: int = 32, grad_accum: int = 1,
+                   max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
+                   n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+                   search_null_threshold: bool = True, seed: int = 42, precision: str = "auto",
+                   device: str = "auto", max_train_examples: int | None = None,
+                   max_dev_examples: int | None = None, subset_seed: int = 0,
+                   article_split_fraction: float | None = None, split_seed: int = 0,
+                   eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
+                   skip_bad_rows: bool = False, logging_steps: int = 50, save_steps: int = 0,
+                   resume: bool = False, progress: bool | None = None) -> dict:
+    """Fine-tune BertForQuestionAnswering on a SQuAD file with `train.fit` (linear warm-up over
+    `warmup_ratio` of the steps, then decay), save it (HF layout) in output_dir, predict the dev
+    file there and score it. `batch_size` is the effective batch: micro-batches of
+    batch_size / grad_accum. Returns (and writes as results.json) the run's record."""
+    from ..heads import BertForQuestionAnswering
+    from ..tokenizer import BertTokenizer
+    from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
+    from .common import FeatureSource
+
+    if batch_size < 1 or grad_accum < 1 or batch_size % grad_accum:
+        raise BertkitError(f"--batch-size {batch_size} must be a positive multiple of --grad-accum {grad_accum}")
+    output_dir = Path(output_dir)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    train_data = read_squad(train_file, version, skip_bad_rows)
+    dev_data = read_squad(dev_file, version, skip_bad_rows) if dev_file is not None else None
+    if version is None and dev_data is not None and dev_data.version != train_data.version:
+        raise BertkitError(f"the training file is SQuAD {train_data.version} but the dev file is "
+                           f"{dev_data.version}; pass --version", path=str(dev_file))
+    version = train_data.version
+    is_v2 = version == "2.0"
+
+    train_examples, dev_examples = train_data.examples, dev_data.examples if dev_data else []
+    split_record = None
+    if article_split_fraction is not None:
+        training_articles = article_split(train_examples, article_split_fraction, split_seed)
+        train_examples = [e for e in train_examples if article_key(e) in training_articles]
+        dev_examples = [e for e in dev_examples if article_key(e) not in training_articles]
+        split_record = {"fraction": article_split_fraction, "seed": split_seed,
+                        "training_articles": sorted(training_articles)}
+        if dev_data is not None and not dev_examples:
+            raise BertkitError("the article split leaves no dev questions", path=str(dev_file))
+    train_examples = sample_examples(train_examples, max_train_examples, subset_seed)
+    dev_examples = sample_examples(dev_examples, max_dev_examples, subset_seed)
+
+    for example in train_examples:
+        if not example.is_impossible and not example.answers:
+            raise BertkitError(f"training question {example.qid} is answerable but has no answer", path=str(train_file))
+    windows = squad_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, training=True)
+    if windows.skipped_unrecoverable:
+        print(f"skipped {len(windows.skipped_unrecoverable)} training questions whose answer text is not at "
+              f"answer_start (as the original does)", file=sys.stderr)
+    set_seed(seed)  # the new span head's initialisation
+    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    source = FeatureSource(WindowInputs(windows.windows, with_labels=True), batch_size // grad_accum, seed=seed,
+                           pad_token_id=tokenizer.pad_token_id)
+    train_args = TrainArgs(output_dir=str(output_dir), learning_rate=learning_rate, warmup_ratio=warmup_ratio,
+                           weight_decay=weight_decay, grad_accum=grad_accum, precision=precision, device=device,
+                           seed=seed, logging_steps=logging_steps, save_steps=save_steps, resume=resume,
+                           progress=progress, tokenizer=tokenizer)
+    trained = fit(model, Phase(source, epochs=epochs, name="squad"), train_args)
+    if dist_info()[0] != 0:
+        return {}  # under torchrun, rank 0 alone predicts and writes
+
+    record = {
+        "task": "squad", "version": version, "model": str(model_dir), "train_file": str(train_file),
+        "dev_file": None if dev_file is None else str(dev_file), "article_split": split_record,
+        "config": {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
+                   "grad_accum": grad_accum, "max_seq_length": max_seq_length, "doc_stride": doc_stride,
+                   "max_query_length": max_query_length, "n_best_size": n_best_size,
+                   "max_answer_length": max_answer_length, "warmup_ratio": warmup_ratio, "seed": seed,
+                   "subset_seed": subset_seed, "precision": precision},
+        "train_examples": len(train_examples), "train_windows": len(windows),
+        "train_skipped_unrecoverable": len(windows.skipped_unrecoverable),
+        "bad_rows_skipped": train_data.bad_rows_skipped + (dev_data.bad_rows_skipped if dev_data else 0),
+        "train": {"global_step": trained.global_step, "train_seconds": trained.train_seconds,
+                  "sequences_per_second": trained.sequences_per_second},
+    }
+    if dev_data is not None:
+        started = time.perf_counter()
+        result = predict_squad(model, tokenizer, dev_examples, is_v2, max_seq_length, doc_stride, max_query_length,
+                               n_best_size, max_answer_length, null_score_diff_threshold, eval_batch_size,
+                               precision=precision)
+        metrics, applied = _scored(dev_examples, result, search_null_threshold, dev_data.has_answers)
+        applied.write(output_dir)
+        record.update(dev_examples=len(dev_examples), predict_seconds=time.perf_counter() - started, metrics=metrics)
+    (output_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir: str | Path,
+                       version: str | None = None, max_seq_length: int = 384, doc_stride: int = 128,
+                       max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
+                       null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
+                       batch_size: int = 64, device: str = "auto", precision: str = "auto",
+                       max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False) -> dict:
+    """Predict a SQuAD file with a fine-tuned model; write the prediction files, and results.json
+    with the official metrics when the file has answers."""
+    from ..heads import BertForQuestionAnswering
+    from ..tokenizer import BertTokenizer
+
+    data = read_squad(data_file, version, skip_bad_rows)
+    examples = sample_examples(data.examples, max_examples, subset_seed)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    started = time.perf_counter()
+    result = predict_squad(model, tokenizer, examples, data.version == "2.0", max_seq_length, doc_stride,
+                           max_query_length, n_best_size, max_answer_length, null_score_diff_threshold,
+                           batch_size, device=device, precision=precision)
+    metrics, applied = _scored(examples, result, search_null_threshold, data.has_answers)
+    files = applied.write(output_dir)
+    record = {"task": "squad", "version": data.version, "model": str(model_dir), "data_file": str(data_file),
+              "examples": len(examples), "bad_rows_skipped": data.bad_rows_skipped,
+              "predict_seconds": time.perf_counter() - started, "files": [str(f) for f in files],
+              "metrics": metrics}
+    if metrics is not None:
+        (Path(output_dir) / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _add_window_arguments(parser) -> None:
+    parser.add_argument("--version", choices=["1.1", "2.0"], default=None, help="SQuAD version (default: detected)")
+    parser.add_argument("--max-seq-length", type=int, default=384)
+    parser.add_argument("--doc-stride", type=int, default=128, help="tokens between window starts")
+    parser.add_argument("--max-query-length", type=int, default=64, help="questions are cut to this many tokens")
+    parser.add_argument("--n-best-size", type=int, default=20)
+    parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
+    parser.add_argument("--null-score-diff-threshold", type=float, default=0.0,
+                        help="v2.0: answer \"\" when null score - best span score exceeds this")
+    parser.add_argument("--no-threshold-search", action="store_true",
+                        help="v2.0: apply --null-score-diff-threshold as given instead of the F1-maximising "
+                             "threshold found on the gold answers")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
+    parser.add_argument("--subset-seed", type=int, default=0, help="seed of the --max-*-examples samples")
+
+
+def add_finetune_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
+    parser.add_argument("--train-file", required=True, help="SQuAD JSON (v1.1 or v2.0)")
+    parser.add_argument("--dev-file", default=None, help="SQuAD JSON to predict and score after training")
+    parser.add_argument("--output", required=True, help="directory for the model, predictions and results.json")
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--batch-size", type=int, default=32, help="effective batch size (across --grad-accum)")
+    parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--eval-batch-size", type=int, default=64)
+    parser.add_argument("--warmup-ratio", type=float, default=0.1)
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--max-train-examples", type=int, default=None, help="a seeded random sample of questions")
+    parser.add_argument("--max-dev-examples", type=int, default=None, help="a seeded random sample of questions")
+    parser.add_argument("--article-split", type=float, default=None, metavar="FRACTION",
+                        help="train on this fraction of the training file's articles; evaluate only on dev "
+                             "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
+    parser.add_argument("--split-seed", type=int, default=0)
+    parser.add_argument("--logging-steps", type=int, default=50)
+    parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output")
+    _add_window_arguments(parser)
+
+
+def run_finetune(args) -> int:
+    record = finetune_squad(
+        args.model, args.train_file, args.output, args.dev_file, version=args.version, epochs=args.epochs,
+        learning_rate=args.learning_rate, batch_size=args.batch_size, grad_accum=args.grad_accum,
+        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, max_query_length=args.max_query_length,
+        n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
+        null_score_diff_threshold=args.null_score_diff_threshold,
+        search_null_threshold=not args.no_threshold_search, seed=args.seed, precision=args.precision,
+        device=args.device, max_train_examples=args.max_train_examples, max_dev_examples=args.max_dev_examples,
+        subset_seed=args.subset_seed, article_split_fraction=args.article_split, split_seed=args.split_seed,
+        eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+        skip_bad_rows=args.skip_bad_rows, logging_steps=args.logging_steps, save_steps=args.save_steps,
+        resume=args.resume)
+    print(json.dumps(record.get("metrics"), indent=2))
+    return 0
+
+
+def add_predict_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
+    parser.add_argument("--data-file", required=True, help="SQuAD JSON to answer")
+    parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-examples", type=int, default=None, help="a seeded random sample of questions")
+    _add_window_arguments(parser)
+
+
+def run_predict(args) -> int:
+    record = predict_squad_file(
+        args.model, args.data_file, args.output, version=args.version, max_seq_length=args.max_seq_length,
+        doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
+        max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
+        search_null_threshold=not args.no_threshold_search, batch_size=args.batch_size, device=args.device,
+        precision=args.precision, max_examples=args.max_examples, subset_seed=args.subset_seed,
+        skip_bad_rows=args.skip_bad_rows)
+    if record["metrics"] is not None:
+        print(json.dumps(record["metrics"], indent=2))
+    return 0
+
+
+def add_evaluate_arguments(parser) -> None:
+    parser.add_argument("data_file", metavar="DATA_FILE", help="official SQuAD JSON (v1.1 or v2.0)")
+    parser.add_argument("pred_file", metavar="PRED_FILE", help="predictions.json: question id -> answer text")
+    parser.add_argument("--na-prob-file", default=None, help="v2.0: question id -> no-answer score (null_odds.json)")
+
+
+def run_evaluate(args) -> int:
+    """Exactly the official scripts' numbers and keys, as one JSON object."""
+    print(json.dumps(evaluate_squad(args.data_file, args.pred_file, args.na_prob_file)))
+    return 0

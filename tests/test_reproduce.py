@@ -1,0 +1,89 @@
+"""`bertkit reproduce --budget smoke` end to end on the shared data: every stage, the report, caching, resume."""
+
+import json
+import re
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.reproduce import load_budget, plan, reproduce
+
+
+@pytest.fixture(scope="module")
+def smoke_run(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    messages = []
+    report = reproduce("smoke", str(data_dir), str(out), precision="fp32", log=messages.append)
+    return out, report, messages
+
+
+@pytest.mark.slow
+def test_smoke_runs_every_stage_and_writes_the_report(smoke_run):
+    out, report, messages = smoke_run
+    budget = load_budget("smoke")
+    ran = set(report["stages_run_this_time"])
+    assert {"corpus", "vocab", "data", "pretrain-bert", "pretrain-no-nsp", "pretrain-ltr", "model-ltr+bilstm",
+            "model-random-init"} <= ran
+    models = ["bert", "no-nsp", "ltr", "ltr+bilstm", "random-init"]
+    for model in models:
+        for task in budget["tasks"]:
+            assert f"finetune-{model}-{task}" in ran
+            value = report["finetune"][model][task]["value"]
+            assert isinstance(value, float) and 0.0 <= value <= 100.0, (model, task, value)
+
+    text = (out / "report.md").read_text()
+    for heading in ("## Environment and command", "## Pre-training", "Table 5", "## Wall time per stage",
+                    "## What this budget can and cannot show"):
+        assert heading in text
+    # The fine-tuning table: a header with every task, one row per model, numbers that parse.
+    table = text.split("Table 5", 1)[1].split("\n\n", 2)[2].split("\n\n")[0].splitlines()
+    assert len(table) == 2 + len(models)
+    for row in table[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert len(cells) == len(budget["tasks"])
+        assert all(re.fullmatch(r"\d+\.\d", c) for c in cells), row
+    # Pre-training curves exist and are embedded.
+    for link in re.findall(r"!\[[^]]*\]\(([^)]+)\)", text):
+        assert (out / link).is_file()
+    assert len(re.findall(r"!\[", text)) >= 3
+    data = json.loads((out / "report.json").read_text())
+    assert data["pretraining"]["bert"]["final_eval"]["mlm_perplexity"] > 1.0
+    assert 0.0 <= data["pretraining"]["bert"]["final_eval"]["nsp_accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_second_run_redoes_nothing(smoke_run, data_dir):
+    out, _, _ = smoke_run
+    messages = []
+    report = reproduce("smoke", str(data_dir), str(out), precision="fp32", log=messages.append)
+    assert report["stages_run_this_time"] == []
+    assert all("cached" in m for m in messages if m.startswith("["))
+
+
+@pytest.mark.slow
+def test_interrupted_pretraining_stage_resumes(smoke_run, data_dir, capfd):
+    out, _, _ = smoke_run
+    stage = out / "stages" / "pretrain-no-nsp"
+    # As if the run had been killed after its last checkpoint: no completion marker, no final model.
+    (stage / "stage.json").unlink()
+    (stage / "model.safetensors").unlink()
+    assert any(stage.glob("checkpoint-*"))
+    report = reproduce("smoke", str(data_dir), str(out), precision="fp32", log=lambda m: None)
+    # Only the interrupted stage reran; its result equals the first run's, so nothing downstream did.
+    assert report["stages_run_this_time"] == ["pretrain-no-nsp"]
+    assert "resuming from" in capfd.readouterr().err
+
+
+def test_paper_budget_dry_run(data_dir):
+    p = plan(load_budget("paper"), data_dir, ["bert", "no-nsp", "ltr", "ltr+bilstm"], ["mnli", "squad"])
+    assert p["model"]["hidden_size"] == 768 and p["model"]["num_hidden_layers"] == 12
+    assert p["pretrain_steps"] == 1_000_000 and p["sequences_seen"] == 256_000_000
+    assert p["phase2"] == 0.1
+
+
+def test_budgets_are_plain_config_files():
+    for name in ("smoke", "demo", "cpu-day", "paper"):
+        budget = load_budget(name)
+        assert budget["name"] == name and budget["tasks"] and budget["variants"]
+    with pytest.raises(BertkitError, match="unknown budget"):
+        load_budget("nope")
