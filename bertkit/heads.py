@@ -7,13 +7,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import BertConfig
+from .kernels import Linear, linear
 from .model import BertModel, BertPreTrainedModel, ModelOutput, activation
 
 
 class BertPredictionHeadTransform(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.act = activation(config.hidden_act)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
@@ -31,7 +32,7 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x):
-        return F.linear(self.transform(x), self.word_embeddings[0].weight, self.bias)  # (..., H) -> (..., V)
+        return linear(self.transform(x), self.word_embeddings[0].weight, self.bias)  # (..., H) -> (..., V)
 
 
 class BertOnlyMLMHead(nn.Module):

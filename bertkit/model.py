@@ -2,6 +2,8 @@
 
 Module and parameter names follow Hugging Face's BERT so checkpoints map one to one.
 Shapes: B batch, T tokens, H hidden, A heads, D = H / A head size.
+How the layers compute (oneDNN Linear, fused QKV, attention and dropout kernels, unpadding) is
+set by the speed options in kernels.py; what they compute is the same either way.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import kernels
 from .config import BertConfig
 from .errors import BertkitError
 from .hub import PreTrainedMixin
+from .kernels import Dropout, Linear
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact (erf) GELU, as the paper
@@ -57,7 +61,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids=None, position_ids=None):
         T = input_ids.shape[1]
@@ -78,27 +82,38 @@ class BertSelfAttention(nn.Module):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.query = Linear(config.hidden_size, config.hidden_size)
+        self.key = Linear(config.hidden_size, config.hidden_size)
+        self.value = Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
         self.is_causal = config.is_decoder
 
-    def forward(self, x, attn_mask=None):
-        B, T, H = x.shape
-
-        def heads(t):  # (B, T, H) -> (B, A, T, D)
-            return t.view(B, T, self.num_heads, self.head_size).transpose(1, 2)
-
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+    def forward(self, x, attn_mask=None, unpadded=None):
+        # x: (B, T, H), or (N, H): only the batch's N real tokens, which `unpadded` places.
+        qkv = self.project_qkv(x)  # (..., 3H)
+        if unpadded is not None:
+            qkv = unpadded.pad(qkv)  # attention needs the (B, T) layout
+        B, T, _ = qkv.shape
+        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, D)
         # attn_mask: None or bool (B, 1, 1|T, T), True = may attend. Causal + no padding uses the fast flag.
-        ctx = F.scaled_dot_product_attention(
+        ctx = kernels.attention(
             q, k, v,
             attn_mask=attn_mask,
             dropout_p=self.dropout_p if self.training else 0.0,
             is_causal=self.is_causal and attn_mask is None,
         )  # (B, A, T, D)
-        return ctx.transpose(1, 2).reshape(B, T, H)
+        ctx = ctx.transpose(1, 2).reshape(B, T, -1)  # (B, T, H)
+        return unpadded.unpad(ctx) if unpadded is not None else ctx
+
+    def project_qkv(self, x):
+        """Query, key and value side by side, (..., H) -> (..., 3H). With the `fused_qkv` speed option
+        one GEMM on the concatenated weights; the checkpoint keeps query / key / value."""
+        layers = (self.query, self.key, self.value)
+        if kernels.options.fused_qkv:
+            weight = torch.cat([layer.weight for layer in layers])  # (3H, H)
+            bias = torch.cat([layer.bias for layer in layers])
+            return kernels.linear(x, weight, bias)
+        return torch.cat([layer(x) for layer in layers], -1)
 
 
 class BertSelfOutput(nn.Module):
@@ -106,9 +121,9 @@ class BertSelfOutput(nn.Module):
 
     def __init__(self, config: BertConfig, in_size: int):
         super().__init__()
-        self.dense = nn.Linear(in_size, config.hidden_size)
+        self.dense = Linear(in_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h, residual):
         return self.LayerNorm(self.dropout(self.dense(h)) + residual)
@@ -120,18 +135,18 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config, config.hidden_size)
 
-    def forward(self, x, attn_mask=None):
-        return self.output(self.self(x, attn_mask), x)
+    def forward(self, x, attn_mask=None, unpadded=None):
+        return self.output(self.self(x, attn_mask, unpadded), x)
 
 
 class BertIntermediate(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dense = Linear(config.hidden_size, config.intermediate_size)
         self.act = activation(config.hidden_act)
 
     def forward(self, x):
-        return self.act(self.dense(x))  # (B, T, H) -> (B, T, 4H)
+        return self.act(self.dense(x))  # (..., H) -> (..., 4H)
 
 
 class BertLayer(nn.Module):
@@ -141,8 +156,8 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertSelfOutput(config, config.intermediate_size)  # 4H -> H, residual, LayerNorm
 
-    def forward(self, x, attn_mask=None):
-        x = self.attention(x, attn_mask)
+    def forward(self, x, attn_mask=None, unpadded=None):
+        x = self.attention(x, attn_mask, unpadded)
         return self.output(self.intermediate(x), x)
 
 
@@ -151,13 +166,16 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x, attn_mask=None, output_hidden_states=False):
+    def forward(self, x, attn_mask=None, output_hidden_states=False, unpadded=None):
+        """x: (B, T, H). With `unpadded`, the layers see only the real tokens (N, H); the result is re-padded."""
         hidden_states = [x] if output_hidden_states else None
+        if unpadded is not None:
+            x = unpadded.unpad(x)  # (B, T, H) -> (N, H)
         for layer in self.layer:
-            x = layer(x, attn_mask)
+            x = layer(x, attn_mask, unpadded)
             if output_hidden_states:
-                hidden_states.append(x)
-        return x, hidden_states
+                hidden_states.append(unpadded.pad(x) if unpadded is not None else x)
+        return (unpadded.pad(x) if unpadded is not None else x), hidden_states
 
 
 class BertPooler(nn.Module):
@@ -237,7 +255,8 @@ class BertModel(BertPreTrainedModel):
         _reject_unknown(unused)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         mask = attention_mask_for_sdpa(attention_mask, self.config.is_decoder, input_ids.shape[1])
-        x, hidden_states = self.encoder(x, mask, output_hidden_states)
+        unpadded = kernels.unpadding_for(attention_mask) if mask is not None else None
+        x, hidden_states = self.encoder(x, mask, output_hidden_states, unpadded)
         pooled = self.pool(x, attention_mask) if self.pooler is not None else None
         return ModelOutput(
             last_hidden_state=x,

@@ -1,0 +1,300 @@
+"""Speed options for the model, as run-time configuration (the model code reads the same either way).
+
+* ``onednn_linear``: fp32 Linear layers on the CPU, forward and backward, through oneDNN. torch's
+  default fp32 GEMM (MKL) takes an AVX2 path on AMD CPUs: on Zen 5 oneDNN's AVX-512 kernels
+  reach ~2x its rate (PERF-NOTES), on Zen 4 (AVX-512 at half width) ~1.15x. bf16 (autocast)
+  matmuls already go through oneDNN, so under autocast this changes nothing. "training" (the default) uses it where gradients are computed; "always"
+  in inference too. Why not always: oneDNN sums in another order than MKL, which transformers
+  uses; both are fp32-accurate (relative error vs fp64 ~4e-7 against ~2.5e-7 per GEMM), but
+  inference outputs then differ from transformers' by ~2e-6 relative instead of ~1e-6.
+* ``fused_qkv``: one (3H x H) projection for query, key and value (weights concatenated at
+  forward time; the checkpoint keeps the three).
+* ``attention``: "auto" writes attention out (softmax(q k^T / sqrt(D) + mask) v) where torch's
+  SDPA is slow on the CPU: in training with dropout (SDPA then takes its unfused math path)
+  and in bf16 training (its fused bf16 backward took twice as long as the plain matmuls here).
+  Elsewhere, and always with "sdpa", SDPA.
+* ``fast_dropout``: CPU dropout masks from half as many random draws as `bernoulli_` (two
+  15-bit uniforms per 31-bit draw of torch's generator); the rate p is rounded to 1/32768.
+* ``unpad``: in a padded batch, run the token-wise work (projections, feed-forward, LayerNorm,
+  dropout) on the real tokens only and re-pad only for attention. "auto" does so when it saves
+  at least ``unpad_min_saved_tokens`` tokens: below that the gathers and the extra kernel calls
+  cost about what they save (measured break-even ~50 tokens at mini and base width, ~150 for tiny).
+  Outputs at padding positions then carry no values (zeros, or whatever the few padding rows
+  used to round the token count computed): nothing reads them, but a caller that compares whole
+  padded tensors must compare the real positions only.
+
+Set them for a block with ``with speed_options(unpad="never"): ...``, or for a process with the
+environment variable ``BERTKIT_SPEED_OPTIONS="onednn_linear=never,unpad=never"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .errors import BertkitError
+
+UNPAD_MODES = ("auto", "always", "never")
+ONEDNN_MODES = ("training", "always", "never")
+ATTENTION_MODES = ("auto", "sdpa", "explicit")
+
+
+@dataclasses.dataclass
+class SpeedOptions:
+    onednn_linear: str = "training"
+    fused_qkv: bool = True
+    attention: str = "auto"
+    fast_dropout: bool = True
+    unpad: str = "auto"
+    unpad_min_saved_tokens: int = 128
+    # The unpadded token count is rounded up to a multiple of this (with a few padding rows), so
+    # that varying batches reuse a few GEMM shapes: oneDNN generates code for every new shape.
+    unpad_multiple: int = 64
+
+
+def _from_environment() -> SpeedOptions:
+    options = SpeedOptions()
+    text = os.environ.get("BERTKIT_SPEED_OPTIONS", "").strip()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        _set(options, name.strip(), value.strip(), source="BERTKIT_SPEED_OPTIONS")
+    return options
+
+
+def _set(options: SpeedOptions, name: str, value, source: str | None = None) -> None:
+    fields = {f.name: f.type for f in dataclasses.fields(SpeedOptions)}
+    where = f" (in {source})" if source else ""
+    if name not in fields:
+        raise BertkitError(f"unknown speed option {name!r}{where}; choose from {', '.join(fields)}")
+    if isinstance(value, str):
+        if fields[name] == "bool":
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise BertkitError(f"speed option {name} must be 0 or 1, not {value!r}{where}")
+            value = value.lower() in ("1", "true", "yes", "on")
+        elif fields[name] == "int":
+            try:
+                value = int(value)
+            except ValueError:
+                raise BertkitError(f"speed option {name} must be an integer, not {value!r}{where}") from None
+    for option, modes in (("unpad", UNPAD_MODES), ("onednn_linear", ONEDNN_MODES), ("attention", ATTENTION_MODES)):
+        if name == option and value not in modes:
+            raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, not {value!r}{where}")
+    setattr(options, name, value)
+
+
+options = _from_environment()
+
+
+@contextlib.contextmanager
+def speed_options(**changes):
+    """Change speed options inside a block: `with speed_options(onednn_linear="never"): ...`."""
+    saved = dataclasses.replace(options)
+    try:
+        for name, value in changes.items():
+            _set(options, name, value)
+        yield options
+    finally:
+        for field in dataclasses.fields(SpeedOptions):
+            setattr(options, field.name, getattr(saved, field.name))
+
+
+# ---------------------------------------------------------------- fp32 Linear through oneDNN
+
+
+@functools.cache
+def onednn_available() -> bool:
+    try:
+        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _onednn_matmul(x, weight, bias=None):
+    """x @ weight.T + bias for (..., in) x (out, in); strided (e.g. transposed) operands are fine."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_matmul(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_weight = grad_bias = None
+        rows = grad.reshape(-1, grad.shape[-1])  # (M, out)
+        if ctx.needs_input_grad[0]:
+            grad_x = _onednn_matmul(grad, weight.t())  # (..., out) @ (out, in)
+        if ctx.needs_input_grad[1]:
+            grad_weight = _weight_gradient(rows, x.reshape(-1, x.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = rows.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+def _weight_gradient(grad_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Tensor:
+    """grad_rows.T @ x_rows: (M, out), (M, in) -> (out, in).
+
+    The contraction runs over the rows of both, so one operand must be transposed; oneDNN takes
+    the second ("weight") operand in any layout but copies a transposed first one. Either copy
+    grad.T (M x out elements), or x.T (M x in) and then the transposed result (in x out) into
+    the parameter's layout: take the smaller (for the MLM decoder, with out = 30522, the second).
+    """
+    M, out = grad_rows.shape
+    inputs = x_rows.shape[1]
+    if M * out <= M * inputs + inputs * out:
+        return _onednn_matmul(grad_rows.t(), x_rows.t())  # (out, M) @ (M, in)
+    return _onednn_matmul(x_rows.t(), grad_rows.t()).t().contiguous()  # ((in, M) @ (M, out)).T
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, with fp32 CPU matmuls through oneDNN as `options.onednn_linear` says."""
+    mode = options.onednn_linear
+    if (mode == "never" or x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32
+            or x.numel() == 0 or torch.is_autocast_enabled("cpu") or not onednn_available()):
+        return F.linear(x, weight, bias)
+    needs_grad = torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    if needs_grad:
+        return _OneDNNLinear.apply(x, weight, bias)
+    if mode == "always":
+        return _onednn_matmul(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and names) computed by `linear` above."""
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+
+# ---------------------------------------------------------------- dropout and attention
+
+
+def keep_mask(shape, p: float, device=None) -> tuple[torch.Tensor, float]:
+    """A bool mask keeping each element with probability 1 - p' (p' = p rounded to 1/32768), and
+    the scale 1 / (1 - p'). Each int32 draw of torch's generator is uniform on [0, 2^31): its
+    bits 0-14 and 16-30 are two independent 15-bit uniforms."""
+    n = math.prod(shape)
+    threshold = min(32768, max(0, round(p * 32768)))
+    bits = torch.empty((n + 1) // 2, dtype=torch.int32, device=device).random_()
+    keep = torch.empty((n + 1) // 2, 2, dtype=torch.bool, device=device)
+    torch.ge(bits & 0x7FFF, threshold, out=keep[:, 0])
+    torch.ge(bits >> 16, threshold, out=keep[:, 1])
+    scale = 1.0 / (1.0 - threshold / 32768) if threshold < 32768 else 0.0
+    return keep.view(-1)[:n].view(shape), scale
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        keep, scale = keep_mask(x.shape, p, x.device)
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x * keep * scale
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """F.dropout, with `keep_mask` masks on the CPU when `options.fast_dropout` is on."""
+    if not training or p == 0.0:
+        return x
+    if options.fast_dropout and x.device.type == "cpu" and 0.0 < p < 1.0:
+        return _Dropout.apply(x, p)
+    return F.dropout(x, p, training)
+
+
+class Dropout(nn.Dropout):
+    def forward(self, x):
+        return dropout(x, self.p, self.training)
+
+
+def _explicit_attention_pays(q: torch.Tensor, dropout_p: float) -> bool:
+    if options.attention != "auto":
+        return options.attention == "explicit"
+    training = torch.is_grad_enabled() and q.requires_grad
+    return q.device.type == "cpu" and training and (dropout_p > 0.0 or q.dtype == torch.bfloat16)
+
+
+def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+    """softmax(q k^T / sqrt(D) + mask) v for (B, A, T, D) inputs; attn_mask bool, True = may attend.
+
+    torch's SDPA, or (see `options.attention`) the same formula written out; rows with nothing to
+    attend to give zeros in both.
+    """
+    if not _explicit_attention_pays(q, dropout_p):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+    T = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, A, T, T)
+    if is_causal:
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        attn_mask = causal if attn_mask is None else attn_mask & causal
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    probs = torch.ops.aten._safe_softmax(scores, -1)
+    return dropout(probs, dropout_p) @ v  # (B, A, T, D)
+
+
+# ---------------------------------------------------------------- unpadding
+
+
+class Unpadded:
+    """Where the real tokens of a padded (B, T) batch sit: `unpad` gathers them, `pad` puts them back.
+
+    The index is rounded up to a multiple of `multiple` rows with padding positions: those rows
+    are computed like tokens (attention never reads them as keys) and dropped again.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor, multiple: int = 1):
+        self.batch, self.length = attention_mask.shape
+        real = attention_mask.reshape(-1).bool()
+        index = real.nonzero().squeeze(1)
+        extra = (-index.numel()) % max(1, multiple)
+        if extra:
+            index = torch.cat([index, (~real).nonzero().squeeze(1)[:extra]]).sort().values
+        self.index = index  # (N,) positions in the flattened (B*T) batch
+        self.tokens = index.numel()
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...)"""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the positions left out."""
+        full = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        return full.index_copy(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
+
+
+def unpadding_for(attention_mask: torch.Tensor | None) -> Unpadded | None:
+    """An Unpadded for this batch when `options.unpad` says so, else None (run padded)."""
+    if attention_mask is None or options.unpad == "never" or attention_mask.dim() != 2:
+        return None
+    padding = attention_mask.numel() - int(attention_mask.count_nonzero())
+    if padding == 0:
+        return None
+    if options.unpad == "auto" and padding < options.unpad_min_saved_tokens:
+        return None
+    unpadded = Unpadded(attention_mask, options.unpad_multiple)
+    return unpadded if unpadded.tokens < attention_mask.numel() else None
+
+
+__all__ = ["SpeedOptions", "options", "speed_options", "linear", "Linear", "keep_mask", "dropout", "Dropout",
+           "attention", "Unpadded", "unpadding_for", "onednn_available"]

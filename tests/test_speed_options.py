@@ -1,0 +1,414 @@
+"""Every speed option in bertkit/kernels.py against its reference path: oneDNN Linear against
+float64 matmuls and F.linear, the written-out attention against SDPA, fast dropout masks against
+the Bernoulli statistics they must have, unpadding and fused QKV against the padded / separate
+model (and transformers), and bf16 training against fp32 training on the same batches."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertkit
+from bertkit import BertConfig, kernels
+from bertkit.errors import BertkitError
+from bertkit.kernels import speed_options
+
+
+@pytest.fixture(autouse=True)
+def small_thread_count():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensors: extra threads only spin on a shared machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def rel_err(ours: torch.Tensor, exact: torch.Tensor) -> float:
+    return float((ours.detach().double() - exact.detach()).abs().max() / exact.detach().abs().max())
+
+
+# ---------------------------------------------------------------- oneDNN Linear
+
+
+needs_onednn = pytest.mark.skipif(not kernels.onednn_available(), reason="torch built without oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows, inputs, outputs", [(37, 64, 96), (5, 48, 3000), (2 * 19, 96, 24)])
+def test_onednn_linear_matches_float64_forward_and_backward(rows, inputs, outputs):
+    """Both ways of forming the weight gradient (out > or < in) and a 3-D input."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, rows // 2 + 1, inputs, generator=g, requires_grad=True)
+    w = (torch.randn(outputs, inputs, generator=g) * 0.1).requires_grad_()
+    b = torch.randn(outputs, generator=g, requires_grad=True)
+    grad = torch.randn(2, rows // 2 + 1, outputs, generator=g)
+    with speed_options(onednn_linear="training"):
+        y = kernels.linear(x, w, b)
+    assert y.grad_fn is not None and "OneDNN" in type(y.grad_fn).__name__
+    y.backward(grad)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    yd = F.linear(xd, wd, bd)
+    yd.backward(grad.double())
+    assert rel_err(y, yd) < 1e-5
+    assert rel_err(x.grad, xd.grad) < 1e-5
+    assert rel_err(w.grad, wd.grad) < 1e-5
+    assert rel_err(b.grad, bd.grad) < 1e-5
+    assert w.grad.is_contiguous() and w.grad.shape == w.shape
+
+
+@needs_onednn
+def test_onednn_linear_modes_and_fallbacks():
+    x, w = torch.randn(6, 8), torch.randn(4, 8)
+    with torch.no_grad():
+        with speed_options(onednn_linear="always"):
+            always = kernels.linear(x, w)
+        with speed_options(onednn_linear="training"):
+            inference = kernels.linear(x, w)  # no gradient: the MKL path, bitwise F.linear
+        with speed_options(onednn_linear="never"):
+            never = kernels.linear(x, w)
+    reference = F.linear(x, w)
+    assert torch.equal(inference, reference) and torch.equal(never, reference)
+    torch.testing.assert_close(always, reference, rtol=1e-5, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast: plain F.linear, cast to bf16
+        assert kernels.linear(x.requires_grad_(), w).dtype == torch.bfloat16
+    assert kernels.linear(torch.randn(0, 8, requires_grad=True), w).shape == (0, 4)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def attention_inputs(dtype=torch.float32, B=3, A=2, T=7, D=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, A, T, D, generator=g).to(dtype).requires_grad_() for _ in range(3)]
+
+
+@pytest.mark.parametrize("masking", ["none", "padding", "causal", "causal+padding"])
+def test_explicit_attention_matches_sdpa_with_gradients(masking):
+    B, T = 3, 7
+    padding = torch.arange(T)[None] < torch.tensor([7, 4, 2])[:, None]  # (B, T)
+    mask = padding[:, None, None, :] if "padding" in masking else None
+    causal = masking.startswith("causal")
+    if causal and mask is not None:
+        mask = mask & torch.ones(T, T, dtype=torch.bool).tril()
+        causal = False  # as BertSelfAttention: the causal flag only without a mask
+    results = {}
+    for mode in ("explicit", "sdpa"):
+        q, k, v = attention_inputs()
+        with speed_options(attention=mode):
+            out = kernels.attention(q, k, v, attn_mask=mask, is_causal=causal)
+        out.backward(torch.ones_like(out))
+        results[mode] = (out, q.grad, k.grad, v.grad)
+    for ours, reference in zip(results["explicit"], results["sdpa"]):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_explicit_attention_rows_with_nothing_to_attend_are_zero_not_nan():
+    q, k, v = attention_inputs(T=4)
+    mask = torch.zeros(3, 1, 4, 4, dtype=torch.bool)
+    mask[0] = True  # first sequence attends everywhere, the others nowhere
+    with speed_options(attention="explicit"):
+        out = kernels.attention(q, k, v, attn_mask=mask)
+    out.sum().backward()
+    assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
+    assert out[1:].abs().max() == 0
+
+
+def test_explicit_attention_chosen_where_it_pays():
+    q, k, v = attention_inputs()
+    auto = kernels._explicit_attention_pays
+    assert auto(q, 0.1)  # training with dropout: SDPA would take its math path
+    assert not auto(q, 0.0)  # fp32 training without dropout: SDPA's fused kernel
+    assert auto(q.detach().bfloat16().requires_grad_(), 0.0)  # bf16 training
+    with torch.no_grad():
+        assert not auto(q, 0.1)  # inference: SDPA
+    with speed_options(attention="sdpa"):
+        assert not auto(q, 0.1)
+
+
+def test_attention_dropout_is_inverted_dropout_on_the_probabilities():
+    """Uniform attention (q = 0) over T equal values: each output is the mean kept share x value / (1-p)."""
+    B, A, T, D = 4, 4, 64, 2
+    q = torch.zeros(B, A, T, D, requires_grad=True)
+    k = torch.randn(B, A, T, D)
+    v = torch.ones(B, A, T, D)
+    torch.manual_seed(0)
+    with speed_options(attention="explicit"):
+        out = kernels.attention(q, k, v, dropout_p=0.25)
+    kept_share = out[..., 0].flatten()  # = (kept / T) / (1 - p): mean 1 over rows
+    assert abs(kept_share.mean().item() - 1.0) < 4 * math.sqrt(0.25 / 0.75 / T / kept_share.numel())
+    assert kept_share.std() > 0.05  # rows differ: the mask is random, not a constant scale
+
+
+# ---------------------------------------------------------------- fast dropout masks
+
+
+def test_keep_mask_has_bernoulli_statistics():
+    torch.manual_seed(0)
+    n, p = 1_000_001, 0.1
+    keep, scale = kernels.keep_mask((n,), p)
+    p_rounded = round(p * 32768) / 32768
+    assert abs(p_rounded - p) < 1e-4 and scale == pytest.approx(1 / (1 - p_rounded))
+    rate = keep.float().mean().item()
+    assert abs(rate - (1 - p_rounded)) < 5 * math.sqrt(p * (1 - p) / n)
+    # The two masks cut from one random draw (even / odd positions) are independent, and so are
+    # the draws: the joint rates of neighbours match the product of the marginals.
+    a, b = keep[0:-1:2].float(), keep[1::2].float()
+    both = (a * b).mean().item()
+    assert abs(both - (1 - p_rounded) ** 2) < 5 * math.sqrt(0.81 * 0.19 / a.numel())
+    c = keep[1:-1:2].float()  # odd position with the next even one: different draws
+    d = keep[2::2].float()
+    assert abs((c * d).mean().item() - (1 - p_rounded) ** 2) < 5 * math.sqrt(0.81 * 0.19 / c.numel())
+    # No position pattern: keep rates in the first and second half of each 16-bit field agree.
+    assert abs(keep[: n // 2].float().mean().item() - keep[n // 2:].float().mean().item()) < 0.003
+
+
+def test_keep_mask_uses_the_full_fifteen_bits():
+    torch.manual_seed(1)
+    for p in (1 / 32768, 0.5, 1 - 1 / 32768):
+        keep, _ = kernels.keep_mask((400_000,), p)
+        expected = 1 - round(p * 32768) / 32768
+        assert abs(keep.float().mean().item() - expected) < 5 * math.sqrt(max(expected * (1 - expected), 1e-5) / 4e5)
+
+
+def test_fast_dropout_forward_backward_and_seeding():
+    x = torch.randn(50, 40, requires_grad=True)
+    torch.manual_seed(3)
+    y = kernels.dropout(x, 0.3)
+    torch.manual_seed(3)
+    assert torch.equal(kernels.dropout(x, 0.3), y)  # seeded by torch's generator
+    kept = y != 0
+    scale = 1 / (1 - round(0.3 * 32768) / 32768)
+    torch.testing.assert_close(y[kept], x[kept] * scale)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, kept.float() * scale)  # the forward's mask, same scale
+    assert kernels.dropout(x, 0.3, training=False) is x
+    assert "_Dropout" in y.grad_fn.name()
+    with speed_options(fast_dropout=False):  # torch's own dropout
+        assert "_Dropout" not in kernels.dropout(x, 0.3).grad_fn.name()
+
+
+def test_dropout_module_keeps_nn_dropout_interface():
+    module = kernels.Dropout(0.2)
+    assert isinstance(module, torch.nn.Dropout) and module.p == 0.2
+    x = torch.randn(10, 10)
+    assert torch.equal(module.eval()(x), x)
+
+
+# ---------------------------------------------------------------- unpadding and fused QKV (model level)
+
+
+def tiny_config(**kw):
+    return BertConfig.preset("mini", vocab_size=200, max_position_embeddings=64, **kw)
+
+
+def padded_batch(lengths, seed=0, vocab=200, left=False):
+    g = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(1, vocab, (len(lengths), T), generator=g) * mask
+    types = (torch.arange(T)[None] >= torch.tensor(lengths)[:, None] // 2).long() * mask
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return {k: v.flip(-1) for k, v in batch.items()} if left else batch
+
+
+def randomized(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def test_unpadding_decision():
+    full = torch.ones(4, 64, dtype=torch.long)
+    assert kernels.unpadding_for(full) is None
+    few = full.clone()
+    few[:, -8:] = 0  # 32 padding tokens: below the auto threshold
+    many = full.clone()
+    many[:, 16:] = 0  # 192
+    assert kernels.unpadding_for(few) is None
+    unpadded = kernels.unpadding_for(many)
+    assert unpadded is not None and unpadded.tokens == 64 and unpadded.tokens % kernels.options.unpad_multiple == 0
+    with speed_options(unpad="always", unpad_multiple=1):
+        assert kernels.unpadding_for(few).tokens == 4 * 56
+    with speed_options(unpad="never"):
+        assert kernels.unpadding_for(many) is None
+
+
+def test_unpadded_gathers_and_restores_real_tokens():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 1, 1, 1]])
+    x = torch.arange(12.0).view(3, 4, 1).expand(3, 4, 2)
+    unpadded = kernels.Unpadded(mask, multiple=4)
+    assert unpadded.tokens == 8  # 7 real tokens rounded up with one padding position
+    rows = unpadded.unpad(x)
+    real = mask.bool().view(-1)
+    assert set(rows[:, 0].tolist()) >= set(torch.arange(12.0)[real].tolist())
+    restored = unpadded.pad(rows)
+    assert torch.equal(restored[mask.bool()], x[mask.bool()])
+    assert int((restored[~mask.bool()] != 0).any(-1).sum()) <= 1  # at most the one rounding row
+
+
+@pytest.mark.parametrize("head", ["BertModel", "BertForSequenceClassification", "BertForQuestionAnswering"])
+def test_unpadded_model_matches_padded_model_on_real_tokens(head):
+    config = tiny_config(num_labels=3)
+    model = randomized(getattr(bertkit, head)(config)).eval()
+    batch = padded_batch([40, 3, 17, 29, 1, 40, 8])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        with speed_options(unpad="never"):
+            reference = model(**batch, output_hidden_states=True)
+        with speed_options(unpad="always"):
+            ours = model(**batch, output_hidden_states=True)
+    for a, b in zip(ours.hidden_states, reference.hidden_states, strict=True):
+        torch.testing.assert_close(a[real], b[real], rtol=1e-5, atol=1e-5)
+    for key in ("pooler_output", "logits"):
+        if key in reference:
+            torch.testing.assert_close(ours[key], reference[key], rtol=1e-5, atol=1e-5)
+    if head == "BertForQuestionAnswering":
+        torch.testing.assert_close(ours.start_logits[real], reference.start_logits[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_unpadded_causal_model_matches_transformers(left, tmp_path):
+    import transformers
+
+    config = tiny_config(is_decoder=True)
+    ours = randomized(bertkit.BertModel(config)).eval()
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
+    batch = padded_batch([30, 12, 5, 30, 21], left=left)
+    real = batch["attention_mask"].bool()
+    with torch.no_grad(), speed_options(unpad="always"):
+        mine = ours(**batch).last_hidden_state
+    ref = theirs(**batch).last_hidden_state.detach()
+    torch.testing.assert_close(mine[real], ref[real], rtol=1e-4, atol=1e-5)
+
+
+def test_speed_options_training_gradients_match_reference_and_transformers(tmp_path):
+    """The default options (oneDNN Linear in training, fused QKV, unpadding, written-out attention)
+    against every option off, and against transformers: loss and every gradient."""
+    import transformers
+
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ours = randomized(bertkit.BertForPreTraining(config)).train()
+    batch = padded_batch([40, 12, 33, 7, 40, 25, 19, 2])
+    g = torch.Generator().manual_seed(5)
+    chosen = (torch.rand(batch["input_ids"].shape, generator=g) < 0.2) & batch["attention_mask"].bool()
+    labels = torch.where(chosen, batch["input_ids"], -100)
+    targets = {"labels": labels, "next_sentence_label": torch.tensor([0, 1] * 4)}
+
+    def gradients(model, **options):
+        model.zero_grad()
+        with speed_options(**options):
+            loss = model(**batch, **targets).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    with speed_options(unpad="always"):
+        assert kernels.unpadding_for(batch["attention_mask"]) is not None
+    fast_loss, fast = gradients(ours, unpad="always", attention="explicit", onednn_linear="training", fused_qkv=True)
+    ref_loss, ref = gradients(ours, unpad="never", attention="sdpa", onednn_linear="never", fused_qkv=False)
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.BertForPreTraining.from_pretrained(tmp_path, attn_implementation="sdpa").train()
+    their_loss = theirs(**batch, **targets).loss
+    their_loss.backward()
+    their = {n: p.grad for n, p in theirs.named_parameters()}
+    torch.testing.assert_close(fast_loss, ref_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast_loss, their_loss.detach(), rtol=1e-5, atol=1e-6)
+    assert set(fast) == set(ref) == set(their)
+    for name in fast:
+        torch.testing.assert_close(fast[name], ref[name], rtol=1e-4, atol=2e-6, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(fast[name], their[name], rtol=1e-4, atol=2e-6, msg=lambda m: f"{name}: {m}")
+
+
+def test_fused_qkv_is_the_same_projection():
+    layer = randomized(bertkit.BertModel(tiny_config())).encoder.layer[0].attention.self
+    x = torch.randn(2, 5, layer.query.in_features)
+    with speed_options(fused_qkv=True):
+        fused = layer.project_qkv(x)
+    with speed_options(fused_qkv=False):
+        separate = layer.project_qkv(x)
+    expected = torch.cat([layer.query(x), layer.key(x), layer.value(x)], -1)
+    torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(separate, expected, rtol=0, atol=0)
+
+
+def test_bf16_inference_with_speed_options_tracks_fp32():
+    model = randomized(bertkit.BertModel(tiny_config())).eval()
+    batch = padded_batch([40, 3, 17, 29, 1, 40, 8, 33])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        reference = model(**batch).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16), speed_options(unpad="always"):
+            ours = model(**batch).last_hidden_state.float()
+    error = (ours - reference)[real].abs()
+    assert error.mean() < 0.02 and error.max() < 0.15  # bf16 keeps ~3 significant digits
+
+
+# ---------------------------------------------------------------- bf16 training reaches the fp32 loss
+
+
+def synthetic_mlm_batches(steps, batch_size=16, length=24, vocab=60, seed=0):
+    """A learnable stream: every sequence repeats one random token, ~20% of positions masked, so a
+    masked token is any visible neighbour (learnt through attention in a few dozen steps)."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(steps):
+        ids = torch.randint(5, vocab, (batch_size, 1), generator=g).expand(batch_size, length).clone()
+        chosen = torch.rand(ids.shape, generator=g) < 0.2
+        chosen[:, 0] = True
+        labels = torch.where(chosen, ids, -100)
+        batches.append({"input_ids": ids.masked_fill(chosen, 4), "attention_mask": torch.ones_like(ids),
+                        "labels": labels, "next_sentence_label": torch.randint(0, 2, (batch_size,), generator=g)})
+    return batches
+
+
+def test_bf16_training_reaches_the_fp32_loss():
+    from bertkit.train.optim import build_optimizer
+
+    steps = 60
+    batches = synthetic_mlm_batches(steps)
+    final = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        model = bertkit.BertForPreTraining(BertConfig.preset("tiny", vocab_size=60, max_position_embeddings=32)).train()
+        optimizer = build_optimizer(model, lr=2e-3)
+        losses = []
+        for batch in batches:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = model(**batch).mlm_loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        final[precision] = (sum(losses[:5]) / 5, sum(losses[-8:]) / 8)
+    (fp32_start, fp32_end), (bf16_start, bf16_end) = final["fp32"], final["bf16"]
+    assert fp32_start > math.log(55) - 0.5  # starts near chance ...
+    assert fp32_end < 0.6 * fp32_start  # ... and learns
+    assert abs(bf16_end - fp32_end) < 0.1 * (fp32_start - fp32_end), final
+
+
+# ---------------------------------------------------------------- the options themselves
+
+
+def test_speed_options_are_restored_and_validated():
+    before = kernels.options.unpad
+    with speed_options(unpad="never"):
+        assert kernels.options.unpad == "never"
+    assert kernels.options.unpad == before
+    with pytest.raises(BertkitError, match="unknown speed option 'turbo'"):
+        with speed_options(turbo=True):
+            pass
+    with pytest.raises(BertkitError, match="unpad must be one of"):
+        with speed_options(unpad="sometimes"):
+            pass
+
+
+def test_speed_options_from_the_environment(monkeypatch):
+    monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "onednn_linear=never, unpad_min_saved_tokens=7,fast_dropout=0")
+    options = kernels._from_environment()
+    assert (options.onednn_linear, options.unpad_min_saved_tokens, options.fast_dropout) == ("never", 7, False)
+    monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "fast_dropout=maybe")
+    with pytest.raises(BertkitError, match="BERTKIT_SPEED_OPTIONS"):
+        kernels._from_environment()
