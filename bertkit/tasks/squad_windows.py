@@ -17,8 +17,8 @@ overlap it. Everything else follows the original:
   "(1895)."); the offsets give that token span directly, so no improvement step exists. They
   differ only where an answer boundary falls inside a whitespace word and the improvement finds
   no match: the original then labels whole words ('"golden' for "gold", 'nonviolent' for
-  "violent"), the offsets only the tokens overlapping the answer (25 of 7,417 windows of a
-  quarter of dev-v1.1, see tests/tasks/test_squad_windows.py);
+  "violent"), the offsets only the tokens overlapping the answer (13 of 6,471 windows of every
+  6th dev-v1.1 article at length 128, see tests/tasks/test_squad_windows.py);
 - a training question whose answer text is not found where `answer_start` says (the original's
   "Could not find answer" check, on whitespace-joined words) is skipped and counted;
 - each passage token is scored only in the window where it has the most context

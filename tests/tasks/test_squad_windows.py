@@ -255,13 +255,13 @@ def _original_text(feature, start, end):
 
 
 def test_windows_labels_and_texts_match_the_original_algorithm(tokenizer, dev_v11, uncased_vocab):
-    """Every 4th dev article at max_seq_length 128 / doc_stride 48 (many multi-window passages):
+    """Every 6th dev article at max_seq_length 128 / doc_stride 48 (many multi-window passages):
     the same windows, tokens, segments and max-context flags as run_squad.py; the same labels and
     the same answer text (labelled spans and random spans) except in the explained categories."""
     from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
     legacy = BertTokenizerLegacy(vocab_file=str(uncased_vocab), do_lower_case=True)
-    examples = [e for e in dev_v11 if e.article_index % 4 == 0]
+    examples = [e for e in dev_v11 if e.article_index % 6 == 0]
     windows = squad_windows(examples, tokenizer, max_seq_length=128, doc_stride=48, max_query_length=64,
                             training=True)
     assert windows.skipped_unrecoverable == []
@@ -314,7 +314,7 @@ def test_windows_labels_and_texts_match_the_original_algorithm(tokenizer, dev_v1
                     unexplained.append(("text", ours_text, original_text))
     print(counts)
     assert unexplained == []
-    assert counts["windows"] > 7000
-    # the differences are rare: labels 25 of 7417, texts 56 of 18999 with this vocabulary
+    assert counts["windows"] > 6000
+    # the differences are rare: labels 13 of 6471, texts 53 of 16578 with this vocabulary
     assert counts["label_narrower"] < 0.005 * counts["labels"]
     assert counts["text_equal"] > 0.995 * counts["texts"]
