@@ -13,8 +13,8 @@ import sys
 
 from .errors import BertkitError
 
-# command -> (module with add_arguments/run_from_args, one-line help). None: not built yet.
-COMMANDS: dict[str, tuple[str | None, str]] = {
+# command -> (module[:attribute] with add_arguments/run_from_args, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
     "train-tokenizer": ("bertkit.tokenizer_cli:train", "train a WordPiece vocabulary on corpus files"),
     "tokenize": ("bertkit.tokenizer_cli:tokenize", "tokenize stdin lines into ids or WordPiece tokens"),
     "create-pretraining-data": ("bertkit.pretraining.create", "corpus -> MLM/NSP instances (sharded arrays)"),
@@ -30,27 +30,19 @@ COMMANDS: dict[str, tuple[str | None, str]] = {
 
 def _load(target: str):
     module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("bertkit"):
-            return None  # that part of bertkit is not built yet
-        raise
+    module = importlib.import_module(module_name)
     return getattr(module, attr) if attr else module
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="info-level logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
-        impl = _load(target) if target else None
-        p = sub.add_parser(name, help=help_text if impl else f"{help_text} [not built yet]", description=help_text)
-        if impl is not None:
-            impl.add_arguments(p)
-            p.set_defaults(_run=impl.run_from_args)
-        else:
-            p.set_defaults(_run=None)
+        impl = _load(target)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        impl.add_arguments(p)
+        p.set_defaults(_run=impl.run_from_args)
     return parser
 
 
@@ -61,9 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    if args._run is None:
-        print(f"bertkit {args.command}: not built yet in this version", file=sys.stderr)
-        return 1
     try:
         rc = args._run(args)
         return rc if isinstance(rc, int) else 0  # library calls may return their results

@@ -17,25 +17,13 @@ def _verb(verb: str, table: dict[str, str]):
         def add_arguments(parser):
             sub = parser.add_subparsers(dest="task", metavar="TASK", required=True)
             for task, module_name in table.items():
-                try:
-                    module = importlib.import_module(module_name)
-                    add = getattr(module, f"add_{verb}_arguments")
-                    run = getattr(module, f"run_{verb}")
-                except (ModuleNotFoundError, AttributeError):
-                    p = sub.add_parser(task, help="[not built yet]")
-                    p.set_defaults(_task_run=None)
-                    continue
+                module = importlib.import_module(module_name)
                 p = sub.add_parser(task, help=(module.__doc__ or task).strip().splitlines()[0])
-                add(p)
-                p.set_defaults(_task_run=run)
+                getattr(module, f"add_{verb}_arguments")(p)
+                p.set_defaults(_task_run=getattr(module, f"run_{verb}"))
 
         @staticmethod
         def run_from_args(args):
-            if args._task_run is None:
-                import sys
-
-                print(f"bertkit {verb} {args.task}: not built yet in this version", file=sys.stderr)
-                return 1
             return args._task_run(args)
 
     return Command
