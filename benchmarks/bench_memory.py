@@ -1,6 +1,8 @@
 """(d) Peak memory of a pre-training step: each framework in a fresh subprocess, so that neither
-sees the other's allocations; the peak resident set size comes from getrusage (the kernel's
-high-water mark, no tracing), the size after building the model from /proc/self/statm.
+sees the other's allocations. The peak is the kernel's high-water mark of the process's resident
+set, VmHWM in /proc/self/status (no tracing). getrusage's ru_maxrss is recorded too, but on Linux
+it carries over the parent's high-water mark through fork + exec, so it only bounds the peak from
+below by whatever the benchmark process held when it started the child.
 
 Run as a script, it is that subprocess:
     python benchmarks/bench_memory.py --framework bertkit --size base --batch-size 32 --precision fp32
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -19,13 +20,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+def status_mb(field: str) -> float:
+    """VmRSS (resident now) or VmHWM (resident high-water mark) from /proc/self/status, in MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def peak_rss_mb() -> float:
+def getrusage_peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
@@ -51,13 +55,14 @@ def child(framework: str, size: str, batch_size: int, precision: str, steps: int
         model = transformers.BertForPreTraining(their_config).train()
         optimizer = C.transformers_optimizer(model)
     batch = C.pretraining_batch(config, batch_size, 128)
-    after_build = rss_mb()
-    peak_before = peak_rss_mb()  # building may have peaked above the steady size (initialisation)
+    after_build = status_mb("VmRSS")
+    peak_before = status_mb("VmHWM")  # building may have peaked above the steady size (initialisation)
     for _ in range(steps):
         C.training_step(model, optimizer, batch, precision)
     return {"framework": framework, "size": size, "batch_size": batch_size, "precision": precision, "steps": steps,
             "rss_after_build_mb": round(after_build, 1), "peak_before_steps_mb": round(peak_before, 1),
-            "peak_rss_mb": round(peak_rss_mb(), 1), "rss_after_steps_mb": round(rss_mb(), 1)}
+            "peak_rss_mb": round(status_mb("VmHWM"), 1), "rss_after_steps_mb": round(status_mb("VmRSS"), 1),
+            "getrusage_maxrss_mb": round(getrusage_peak_mb(), 1)}
 
 
 def memory_case(size: str, batch_size: int, precision: str, steps: int, log=print) -> dict:
@@ -77,6 +82,7 @@ def memory_case(size: str, batch_size: int, precision: str, steps: int, log=prin
            "ratio": ours["peak_rss_mb"] / theirs["peak_rss_mb"],
            "bertkit_step_mb": ours["peak_rss_mb"] - ours["rss_after_build_mb"],
            "transformers_step_mb": theirs["peak_rss_mb"] - theirs["rss_after_build_mb"],
+           "bertkit_getrusage_mb": ours["getrusage_maxrss_mb"], "transformers_getrusage_mb": theirs["getrusage_maxrss_mb"],
            "details": results}
     log(f"{row['case']} {size} {precision}: bertkit {row['bertkit_peak_mb']:.0f} MB, transformers "
         f"{row['transformers_peak_mb']:.0f} MB, ratio {row['ratio']:.2f}")

@@ -62,6 +62,8 @@ def parse_args(argv=None):
     parser.add_argument("--memory-batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-nice", action="store_true", help="do not lower this process's priority")
+    parser.add_argument("--update", action="store_true", help="rerun only --cases and replace their rows in the "
+                        "results.json already in --output (the other rows are kept, with their own date)")
     return parser.parse_args(argv)
 
 
@@ -143,12 +145,27 @@ def main(argv=None) -> int:
     results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["minutes"] = round((time.time() - started) / 60, 1)
     out.mkdir(parents=True, exist_ok=True)
+    if args.update and (out / "results.json").exists():
+        results = merged(json.loads((out / "results.json").read_text()), results, cases)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     report = markdown(results)
     (out / "results.md").write_text(report)
     print(report)
     print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
     return 0
+
+
+def merged(previous: dict, update: dict, cases: list[str]) -> dict:
+    """The previous results with the rows of `cases` replaced by the update's."""
+    previous["rows"] = [r for r in previous["rows"] if r["case"][0] not in cases] + update["rows"]
+    previous["rows"].sort(key=lambda r: r["case"][0])
+    if "g" in cases:
+        previous["levers"] = update["levers"]
+    previous.setdefault("updates", []).append(
+        {"cases": cases, "command": update["command"], "date": update["date"], "minutes": update["minutes"],
+         "load_average": [update["machine"]["load_average_at_start"], update["load_average_at_end"]],
+         "matmul_peak_gflops": update["matmul_peak_gflops"]})
+    return previous
 
 
 # ---------------------------------------------------------------- the report
@@ -165,13 +182,17 @@ def markdown(results: dict) -> str:
              f"{', quick mode: few steps, noisy' if results['quick'] else ''}).", "",
              f"Machine: {m['cpu']} (family {m.get('cpu_family', '?')} model {m.get('cpu_model', '?')}), "
              f"{m['logical_cpus']} logical CPUs ({', '.join(m.get('isa', []))}), "
-             f"torch {m['torch']} with {m['torch_threads']} threads, transformers {m['transformers']}, "
+             f"torch {m['torch']} with {m['torch_threads']} thread{'s' if m['torch_threads'] > 1 else ''}, "
+             f"transformers {m['transformers']}, "
              f"Python {m['python']}. Load average at start {m['load_average_at_start']}, at end "
              f"{results['load_average_at_end']} (the machine is shared: absolute numbers move with the load, "
              "ratios much less: both frameworks alternate step by step).", "",
              f"Measured matmul peak (2048^3 GEMM, best of start and end of the run): fp32 default (MKL) "
              f"{peak.get('fp32_default', 0):.0f} GFLOP/s, fp32 oneDNN {peak.get('fp32_onednn', 0):.0f}, "
              f"bf16 {peak.get('bf16', 0):.0f}.", ""]
+    for u in results.get("updates", []):
+        lines += [f"Case{'s' if len(u['cases']) > 1 else ''} {', '.join(u['cases'])} rerun with `{u['command']}` on {u['date']} ({u['minutes']} min, "
+                  f"load {u['load_average'][0]} to {u['load_average'][1]}, matmul peak {u['matmul_peak_gflops']}).", ""]
     model_rows = [r for r in results["rows"] if r["case"][0] in "abc"]
     if model_rows:
         lines += ["## Model speed (same config, weights, inputs, optimizer; alternated; medians)", "",
@@ -190,17 +211,27 @@ def markdown(results: dict) -> str:
                   "per second, as % of the bf16 peak for bf16 rows and of the fp32 oneDNN peak for fp32 rows. "
                   "(a) uses full-length rows with 19 masked positions each and NSP labels; (b) BertModel "
                   "under no_grad; (c) full-length windows with start/end labels.", ""]
+        padding = [r["padding_fraction"] for r in model_rows if "padding_fraction" in r]
+        if padding:
+            share = sum(padding) / len(padding)
+            lines += [f"(b): {100 * share:.0f}% of the positions in these batches are padding, so running only the "
+                      f"real tokens can cut the token-wise work (projections, feed-forward) by at most "
+                      f"{1 / (1 - share):.2f}x; attention still runs on the padded (B, T) layout in both.", ""]
     memory = [r for r in results["rows"] if r["case"].startswith("d")]
     if memory:
-        lines += ["## Peak memory (fresh process per framework, peak RSS from getrusage)", "",
+        lines += ["## Peak memory (fresh process per framework, 2 steps, peak resident set size)", "",
                   "| size | precision | shape | bertkit peak MB | transformers peak MB | ratio | bertkit step MB | "
-                  "transformers step MB |", "|---|---|---|---:|---:|---:|---:|---:|"]
+                  "transformers step MB | getrusage MB (bertkit / transformers) |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
         for r in memory:
             lines.append(f"| {r['size']} | {r['precision']} | {r['shape']} | {r['bertkit_peak_mb']:.0f} | "
                          f"{r['transformers_peak_mb']:.0f} | **{r['ratio']:.2f}** | {r['bertkit_step_mb']:.0f} | "
-                         f"{r['transformers_step_mb']:.0f} |")
-        lines += ["", "Step MB: peak minus the resident size once model, optimizer and batch were built "
-                  "(activations, gradients, optimizer state, allocator slack).", ""]
+                         f"{r['transformers_step_mb']:.0f} | {r.get('bertkit_getrusage_mb', 0):.0f} / "
+                         f"{r.get('transformers_getrusage_mb', 0):.0f} |")
+        lines += ["", "Peak: VmHWM, the kernel's resident high-water mark of the child process. Step MB: peak minus "
+                  "the resident size once model, optimizer and batch were built (activations, gradients, optimizer "
+                  "state, allocator slack). getrusage's ru_maxrss inherits the parent's high-water mark through "
+                  "fork + exec on Linux, so it can read high.", ""]
     data = [r for r in results["rows"] if r["case"].startswith("e")]
     for r in data:
         lines += ["## create-pretraining-data (bertkit only)", "",
