@@ -172,7 +172,8 @@ def postprocess_predictions(examples: Sequence[SquadExample], windows: Sequence[
         else:
             best_non_null[example.qid] = best["text"]
             null_odds[example.qid] = score_null - best["start_logit"] - best["end_logit"]
-        predictions[example.qid] = "" if null_odds[example.qid] > null_score_diff_threshold else best_non_null[example.qid]
+        abstain = null_odds[example.qid] > null_score_diff_threshold
+        predictions[example.qid] = "" if abstain else best_non_null[example.qid]
     return SquadPredictions(predictions, all_nbest, version_2_with_negative, null_odds, best_non_null,
                             null_score_diff_threshold)
 

@@ -143,7 +143,8 @@ def _reference_predictions(examples, windows, starts, ends, legacy, version_2, n
         context_positions = range(w.context_offset, w.context_offset + w.doc_length)
         features.append(SimpleNamespace(
             unique_id=unique_id, example_index=w.example_index, tokens=tokens,
-            token_to_orig_map={p: refs[w.example_index].char_to_word_offset[w.char_span(p)[0]] for p in context_positions},
+            token_to_orig_map={p: refs[w.example_index].char_to_word_offset[w.char_span(p)[0]]
+                               for p in context_positions},
             token_is_max_context={p: _check_is_max_context(spans, w.span_index, w.context_token(p))
                                   for p in context_positions}))
         results.append(SquadResult(unique_id, list(starts[unique_id]), list(ends[unique_id])))
