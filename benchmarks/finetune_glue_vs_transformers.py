@@ -3,11 +3,10 @@
 Fine-tunes the real all-MiniLM-L6-v2 weights with bertkit on GLUE tasks (default SST-2, MRPC, STS-B,
 RTE, CoLA) and on CODAH (4-way multiple choice, 20% of codah.csv held out as dev), several seeds
 each; on the --compare tasks (default MRPC and RTE) the same hyper-parameters and seeds also go
-through transformers. transformers' `Trainer` needs the `accelerate` package, which this project
-does not install, so the reference is a plain transformers + torch loop with Trainer's recipe:
-transformers' BertForSequenceClassification, its fast tokenizer, DataCollatorWithPadding, AdamW
-(decay 0.01 except biases and LayerNorm, eps 1e-6 as in bertkit), get_linear_schedule_with_warmup
-(10% warm-up), gradient clipping at 1.0, shuffled batches, evaluation on the full dev set.
+through transformers' `Trainer` (the `accelerate` package comes with the dev extra):
+transformers' BertForSequenceClassification, its fast tokenizer, DataCollatorWithPadding and the
+same recipe (AdamW with decay 0.01 except biases and LayerNorm, eps 1e-6 as in bertkit, linear
+schedule with 10% warm-up, gradient clipping at 1.0, shuffled batches), evaluated on the full dev set.
 
 Target: bertkit's mean dev score within 1.5 points of transformers', and its wall time no worse.
 Writes OUTPUT/finetune_glue_vs_transformers.md (a Markdown table) and .json. Not a test: run by hand
@@ -37,7 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bertkit.metrics.glue import compute_glue_metrics, task_score  # noqa: E402
-from bertkit.tasks.glue import glue_task, label_id, load_glue_task, subsample  # noqa: E402
+from bertkit.tasks.common import subsample  # noqa: E402
+from bertkit.tasks.glue import glue_task, label_id, load_glue_task  # noqa: E402
 
 
 def default_model_dir() -> str:
@@ -70,11 +70,13 @@ def run_bertkit_codah(args, seeds):
 
 
 def run_transformers_glue(task, args, seeds):
-    """The reference: transformers' model and tokenizer in a plain loop with Trainer's recipe."""
+    """The reference: transformers' model, fast tokenizer and `Trainer` with the same recipe."""
+    import tempfile
+
+    import numpy as np
     import transformers
-    from torch.utils.data import DataLoader
-    from transformers import (AutoTokenizer, BertForSequenceClassification, DataCollatorWithPadding,
-                              get_linear_schedule_with_warmup)
+    from transformers import (AutoTokenizer, BertForSequenceClassification, DataCollatorWithPadding, Trainer,
+                              TrainingArguments)
 
     transformers.logging.set_verbosity_error()
     spec = glue_task(task)
@@ -88,13 +90,13 @@ def run_transformers_glue(task, args, seeds):
         enc = tokenizer([e.text_a for e in examples], pairs, truncation=True, max_length=args.max_seq_length)
         rows = [{k: enc[k][i] for k in ("input_ids", "token_type_ids", "attention_mask")} for i in range(len(examples))]
         for row, e in zip(rows, examples):
-            row["labels"] = label_id(spec, e.label)
+            label = label_id(spec, e.label)
+            row["labels"] = float(label) if spec.is_regression else label
         return rows
 
     train_rows, dev_rows = encode(train), encode(dev)
-    collator = DataCollatorWithPadding(tokenizer)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
-    bf16 = args.precision == "bf16" or (args.precision == "auto" and _bf16_default(device))
+    cpu = not (torch.cuda.is_available() and args.device != "cpu")
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and _bf16_default(torch.device("cpu" if cpu else "cuda")))
     scores = []
     for seed in seeds:
         run_start = time.perf_counter()
@@ -102,38 +104,20 @@ def run_transformers_glue(task, args, seeds):
         num_labels = 1 if spec.is_regression else len(spec.labels)
         model = BertForSequenceClassification.from_pretrained(
             args.model, num_labels=num_labels, problem_type="regression" if spec.is_regression else
-            "single_label_classification").to(device)
-        generator = torch.Generator().manual_seed(seed)
-        loader = DataLoader(train_rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator,
-                            generator=generator)
-        decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-        no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=args.learning_rate, eps=1e-6)
-        total = len(loader) * args.epochs
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
-        model.train()
-        for _ in range(args.epochs):
-            for batch in loader:
-                batch = {k: v.to(device) for k, v in batch.items()}
-                if spec.is_regression:
-                    batch["labels"] = batch["labels"].float()
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    loss = model(**batch).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-        model.eval()
-        predictions = []
-        with torch.no_grad():
-            for i in range(0, len(dev_rows), 128):
-                batch = collator([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows[i:i + 128]])
-                batch = {k: v.to(device) for k, v in batch.items()}
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    logits = model(**batch).logits.float().cpu()
-                predictions += logits[:, 0].tolist() if spec.is_regression else logits.argmax(-1).tolist()
+            "single_label_classification")
+        with tempfile.TemporaryDirectory() as scratch:
+            training_args = TrainingArguments(
+                output_dir=scratch, learning_rate=args.learning_rate, per_device_train_batch_size=args.batch_size,
+                per_device_eval_batch_size=128, num_train_epochs=args.epochs, weight_decay=0.01, adam_epsilon=1e-6,
+                warmup_steps=0.1, lr_scheduler_type="linear", max_grad_norm=1.0, seed=seed, data_seed=seed,
+                use_cpu=cpu, bf16=bf16, save_strategy="no", eval_strategy="no", logging_strategy="no",
+                report_to="none", disable_tqdm=True)
+            trainer = Trainer(model=model, args=training_args, train_dataset=train_rows,
+                              data_collator=DataCollatorWithPadding(tokenizer))
+            trainer.train()
+            logits = trainer.predict([{k: v for k, v in r.items() if k != "labels"} for r in dev_rows]).predictions
+        logits = np.asarray(logits, dtype=np.float32)
+        predictions = logits[:, 0].tolist() if spec.is_regression else logits.argmax(-1).tolist()
         metrics = compute_glue_metrics(spec.name, predictions, [r["labels"] for r in dev_rows])
         scores.append(task_score(spec.name, metrics))
         print(f"transformers {spec.folder}: seed {seed}: dev score {100 * scores[-1]:.2f} "
@@ -188,12 +172,19 @@ def main(argv=None) -> int:
             rows.append({"task": "CODAH", "system": "bertkit", "scores": scores, "seconds": seconds, **stats(scores)})
             continue
         name = glue_task(task).folder
-        scores, seconds = run_bertkit_glue(task, args, seeds)
-        rows.append({"task": name, "system": "bertkit", "scores": scores, "seconds": seconds, **stats(scores)})
-        if glue_task(task).name in compare:
-            scores, seconds = run_transformers_glue(task, args, seeds)
-            rows.append({"task": name, "system": "transformers (plain loop)", "scores": scores, "seconds": seconds,
-                         **stats(scores)})
+        if glue_task(task).name not in compare:
+            scores, seconds = run_bertkit_glue(task, args, seeds)
+            rows.append({"task": name, "system": "bertkit", "scores": scores, "seconds": seconds, **stats(scores)})
+            continue
+        # Seed by seed, the two systems alternate, so that a change in the machine's load falls on both.
+        mine, ref = {"scores": [], "seconds": 0.0}, {"scores": [], "seconds": 0.0}
+        for seed in seeds:
+            for runner, row in ((run_bertkit_glue, mine), (run_transformers_glue, ref)):
+                scores, seconds = runner(task, args, [seed])
+                row["scores"] += scores
+                row["seconds"] += seconds
+        rows.append({"task": name, "system": "bertkit", **mine, **stats(mine["scores"])})
+        rows.append({"task": name, "system": "transformers Trainer", **ref, **stats(ref["scores"])})
 
     lines = ["| task | system | seeds | mean ± sd | median | per seed | wall s |", "|---|---|---:|---:|---:|---|---:|"]
     for r in rows:

@@ -201,11 +201,13 @@ def _task_summary(task: str, results: dict) -> dict:
     def pct(x):
         return None if x is None else float(x if percent_already else 100.0 * x)
 
-    scores = []
+    scores = []  # each run's value of the table's metric (not the selection score, which may average two)
     for run in results.get("runs", []):
-        score = run.get("score", (run.get("dev") or {}).get(metric))
+        score = (run.get("metrics") or run.get("dev") or {}).get(metric)
         if isinstance(score, (int, float)):
             scores.append(pct(score))
+    if not scores and value is not None:  # one configuration, no per-run list (SQuAD)
+        scores = [pct(value)]
     return {"task": task, "metric": metric, "value": pct(value), "metrics": metrics,
             "runs": len(results.get("runs", [])) or 1, "run_scores": scores}
 
@@ -492,8 +494,8 @@ def write_report(out: Path, budget: dict, data_dir: Path, stages: Stages, corpus
                 s = r["run_scores"]
                 mean = sum(s) / len(s)
                 sd = (sum((x - mean) ** 2 for x in s) / (len(s) - 1)) ** 0.5 if len(s) > 1 else 0.0
-                lines.append(f"- {VARIANT_LABELS.get(m, m)} / {t}: {len(s)} run(s), selection score mean "
-                             f"{mean:.1f} ± {sd:.1f}")
+                lines.append(f"- {VARIANT_LABELS.get(m, m)} / {t}: {len(s)} run(s), dev {r.get('metric', 'score')} "
+                             f"mean {mean:.1f} ± {sd:.1f} (runs: {', '.join(f'{x:.1f}' for x in s)})")
     lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
     for name, rec in stages.records.items():
         lines.append(f"| {name} | {rec['seconds']:.1f} |")

@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parent.parent
 def find_data_dir() -> Path | None:
     env = os.environ.get("BERTKIT_DATA")
     if env:
-        return Path(env)
+        return Path(env).resolve()  # tests symlink and chdir: a relative path would break
     fallback = REPO.parent / "shared" / "data"
     return fallback if fallback.exists() else None
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 import statistics
+import time
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -172,3 +175,153 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult], keep_be
         elif keep_best_artifacts:
             result.artifacts = None
     return best, runs
+
+
+# ---- shared by the readers: malformed rows, subsets ----
+
+
+class Examples(list):
+    """Examples read from one file, remembering the file and the malformed rows skipped."""
+
+    def __init__(self, items=(), path: str | Path | None = None, skipped: Sequence[str] = ()):
+        super().__init__(items)
+        self.path = None if path is None else str(path)
+        self.skipped = list(skipped)  # "path:line: problem" for each row left out
+
+
+class BadRows:
+    """Raise on the first malformed row, or (skip_bad_rows) record it and go on."""
+
+    def __init__(self, path: Path, skip: bool):
+        self.path, self.skip, self.skipped = path, skip, []
+
+    def __call__(self, line: int, message: str) -> None:
+        if not self.skip:
+            raise BertkitError(f"{message} (or pass --skip-bad-rows to skip and count such rows)",
+                               path=str(self.path), line=line)
+        self.skipped.append(str(BertkitError(message, path=str(self.path), line=line)))
+
+
+def subsample(examples: list, n: int | None, seed: int = 0) -> list:
+    """A deterministic random subset of n examples, in file order (every run of a sweep sees the same)."""
+    if n is None or n >= len(examples):
+        return examples
+    if n <= 0:
+        raise BertkitError(f"--max-train-examples must be positive, not {n}")
+    keep = sorted(random.Random(seed).sample(range(len(examples)), n))
+    return Examples([examples[i] for i in keep], path=getattr(examples, "path", None),
+                    skipped=getattr(examples, "skipped", ()))
+
+
+# ---- one run, the sweep protocol and its outputs (sentence-level tasks) ----
+
+
+def predict_precision(model, precision: str) -> str:
+    from ..device import resolve_precision
+
+    return resolve_precision(precision, next(model.parameters()).device)
+
+
+def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
+              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0):
+    """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
+    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0."""
+    from ..train.loop import Phase, TrainArgs, fit
+
+    source = FeatureSource(features, int(config["batch_size"]), seed=int(config["seed"]), pad_token_id=pad_token_id)
+    args = TrainArgs(output_dir=None, learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio,
+                     weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
+                     logging_steps=10**9, save_final_model=False)
+    return fit(model, Phase(source, epochs=config["epochs"]), args)
+
+
+def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module], train_features: list[dict],
+                 evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
+                 warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
+                 log: Callable[[str], None] | None = print, train: Callable | None = None):
+    """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
+
+    `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
+    differ in head initialisation as well as in shuffling); `evaluate(model) -> (metrics, outputs)`;
+    the best run keeps (model, outputs) as its artifacts. Prints one line per finished run."""
+    from ..train.loop import set_seed
+
+    if not configs:
+        raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
+    train = train or train_one
+
+    def run_one(config: dict) -> RunResult:
+        start = time.perf_counter()
+        set_seed(int(config["seed"]))
+        model = build_model()
+        train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
+              weight_decay=weight_decay, pad_token_id=pad_token_id)
+        metrics, outputs = evaluate(model)
+        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)),
+                         seconds=time.perf_counter() - start, artifacts=(model, outputs))
+
+    def report(result: RunResult) -> None:
+        if log:
+            shown = " ".join(f"{k} {100 * v:.2f}" for k, v in result.metrics.items() if isinstance(v, float))
+            log(f"{label}: {config_text(result.config)}: dev score {100 * result.score:.2f} ({shown}) "
+                f"in {result.seconds:.1f} s")
+
+    return run_sweep(configs, run_one, on_run=report)
+
+
+def config_text(config: dict) -> str:
+    return (f"lr {config['learning_rate']:g} epochs {config['epochs']:g} batch {config['batch_size']} "
+            f"seed {config['seed']}")
+
+
+def results_document(task: str, best: RunResult, runs: list[RunResult], extra: dict | None = None) -> dict:
+    """The results.json layout every sentence-level task writes."""
+    def run_dict(r: RunResult) -> dict:
+        return {"config": r.config, "metrics": r.metrics, "score": r.score, "seconds": round(r.seconds, 3)}
+
+    return {"task": task, "metrics": best.metrics,
+            "runs": [run_dict(r) for r in runs],
+            "best": {"config": best.config, "metrics": best.metrics, "score": best.score},
+            "summary": summarize(runs), **(extra or {})}
+
+
+def write_predictions(path: Path, indices: Sequence, predictions: Sequence) -> None:
+    if len(indices) != len(predictions):
+        raise BertkitError(f"{len(predictions)} predictions for {len(indices)} examples", path=str(path))
+    lines = ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(indices, predictions)]
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def number(text: str) -> int | float:
+    """'3' -> 3, '2.5' -> 2.5 (epochs may be fractional)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
+def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str) -> None:
+    """The flags every sentence-level task shares; comma lists make a grid."""
+    parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
+    parser.add_argument("--output", required=True, help="output directory")
+    parser.add_argument("--learning-rate", default=learning_rates,
+                        help=f"comma list of peak learning rates; each is one run, best on dev wins (default {learning_rates})")
+    parser.add_argument("--epochs", default=epochs, help=f"comma list of epoch counts (default {epochs})")
+    parser.add_argument("--batch-size", default=batch_sizes, help=f"comma list of batch sizes (default {batch_sizes})")
+    parser.add_argument("--seed", default="42", help="comma list of seeds: restarts (shuffling and head init); default 42")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="word pieces per sequence (default 128)")
+    parser.add_argument("--max-train-examples", type=int, default=None,
+                        help="train on a deterministic random subset of N examples (quick runs)")
+    parser.add_argument("--eval-batch-size", type=int, default=128)
+    parser.add_argument("--warmup-ratio", type=float, default=0.1, help="linear warm-up fraction (default 0.1)")
+    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--skip-bad-rows", action="store_true",
+                        help="skip malformed data rows (and report how many) instead of stopping at the first")
+
+
+def sweep_options(args) -> dict:
+    return dict(learning_rates=parse_list(args.learning_rate, float), epochs=parse_list(args.epochs, number),
+                batch_sizes=parse_list(args.batch_size, int), seeds=parse_list(args.seed, int),
+                max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
+                precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
+                eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay)

