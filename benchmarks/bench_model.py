@@ -121,8 +121,9 @@ TRAINING_LEVERS = [
     ("fast dropout masks", {}, {"fast_dropout": False}),
 ]
 INFERENCE_LEVERS = [
-    ("unpadding", {}, {"unpad": "never"}),
-    ("oneDNN fp32 Linear in inference (not default)", {"onednn_linear": "always"}, {}),
+    ("unpadding (with packed attention)", {}, {"unpad": "never"}),
+    ("packed attention (vs re-padding for attention)", {}, {"packed_attention": False}),
+    ("oneDNN fp32 Linear in inference", {}, {"onednn_linear": "training"}),
 ]
 
 

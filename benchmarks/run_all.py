@@ -156,11 +156,26 @@ def main(argv=None) -> int:
 
 
 def merged(previous: dict, update: dict, cases: list[str]) -> dict:
-    """The previous results with the rows of `cases` replaced by the update's."""
-    previous["rows"] = [r for r in previous["rows"] if r["case"][0] not in cases] + update["rows"]
-    previous["rows"].sort(key=lambda r: r["case"][0])
-    if "g" in cases:
-        previous["levers"] = update["levers"]
+    """The previous results with the rows the update measured (same case, size, precision) replaced
+    by the update's; the others are kept. Levers are measured per (size, precision) as a set: an
+    update replaces all lever rows of the sizes and precisions it ran (renamed levers included)."""
+
+    def key(row):
+        if "lever" in row:
+            return "g", row.get("size"), row.get("precision")
+        return row["case"][0], row.get("size"), row.get("precision")
+
+    def order(rows):
+        return {key(r): i for i, r in enumerate(rows)}
+
+    for field in ("rows", "levers"):
+        new_keys = {key(r) for r in update[field]}
+        kept = [r for r in previous.get(field, []) if key(r) not in new_keys]
+        position = order(previous.get(field, []))
+        # Replaced rows keep their place in the table; new ones go after their case's rows.
+        combined = kept + update[field]
+        combined.sort(key=lambda r: (r["case"][0] if field == "rows" else 0, position.get(key(r), len(position))))
+        previous[field] = combined
     previous.setdefault("updates", []).append(
         {"cases": cases, "command": update["command"], "date": update["date"], "minutes": update["minutes"],
          "load_average": [update["machine"]["load_average_at_start"], update["load_average_at_end"]],
@@ -216,7 +231,8 @@ def markdown(results: dict) -> str:
             share = sum(padding) / len(padding)
             lines += [f"(b): {100 * share:.0f}% of the positions in these batches are padding, so running only the "
                       f"real tokens can cut the token-wise work (projections, feed-forward) by at most "
-                      f"{1 / (1 - share):.2f}x; attention still runs on the padded (B, T) layout in both.", ""]
+                      f"{1 / (1 - share):.2f}x; bertkit also runs attention on the packed real tokens, sequence by "
+                      "sequence, where transformers attends over the padded (B, T) layout with a mask.", ""]
     memory = [r for r in results["rows"] if r["case"].startswith("d")]
     if memory:
         lines += ["## Peak memory (fresh process per framework, 2 steps, peak resident set size)", "",

@@ -91,15 +91,19 @@ class BertSelfAttention(nn.Module):
     def forward(self, x, attn_mask=None, unpadded=None):
         # x: (B, T, H), or (N, H): only the batch's N real tokens, which `unpadded` places.
         qkv = self.project_qkv(x)  # (..., 3H)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if unpadded is not None and kernels.options.packed_attention:
+            # Each sequence's real tokens are consecutive rows: attend within them, no re-padding.
+            return kernels.packed_attention(qkv, unpadded.lengths, self.num_heads, dropout_p, self.is_causal)
         if unpadded is not None:
-            qkv = unpadded.pad(qkv)  # attention needs the (B, T) layout
+            qkv = unpadded.pad(qkv)  # attention in the (B, T) layout
         B, T, _ = qkv.shape
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, D)
         # attn_mask: None or bool (B, 1, 1|T, T), True = may attend. Causal + no padding uses the fast flag.
         ctx = kernels.attention(
             q, k, v,
             attn_mask=attn_mask,
-            dropout_p=self.dropout_p if self.training else 0.0,
+            dropout_p=dropout_p,
             is_causal=self.is_causal and attn_mask is None,
         )  # (B, A, T, D)
         ctx = ctx.transpose(1, 2).reshape(B, T, -1)  # (B, T, H)
@@ -144,9 +148,12 @@ class BertIntermediate(nn.Module):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intermediate_size)
         self.act = activation(config.hidden_act)
+        self.exact_gelu = config.hidden_act == "gelu"
 
-    def forward(self, x):
-        return self.act(self.dense(x))  # (..., H) -> (..., 4H)
+    def forward(self, x):  # (..., H) -> (..., 4H)
+        if self.exact_gelu and type(self.dense) is Linear:  # a swapped-in layer (adapter, quantised) runs as is
+            return kernels.linear_gelu(x, self.dense.weight, self.dense.bias)
+        return self.act(self.dense(x))
 
 
 class BertLayer(nn.Module):

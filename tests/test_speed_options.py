@@ -69,9 +69,43 @@ def test_onednn_linear_modes_and_fallbacks():
     reference = F.linear(x, w)
     assert torch.equal(inference, reference) and torch.equal(never, reference)
     torch.testing.assert_close(always, reference, rtol=1e-5, atol=1e-6)
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast: plain F.linear, cast to bf16
+    b = torch.randn(4)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast_reference = F.linear(x, w, b)
+        with speed_options(onednn_linear="always"):  # oneDNN directly on the operands autocast would make
+            direct = kernels.linear(x, w, b)
+        with speed_options(onednn_linear="training"):
+            assert torch.equal(kernels.linear(x, w, b), autocast_reference)
+    assert direct.dtype == torch.bfloat16
+    exact = F.linear(x.bfloat16().double(), w.bfloat16().double(), b.bfloat16().double())
+    assert rel_err(direct.float(), exact) < 1e-2 and rel_err(autocast_reference.float(), exact) < 1e-2
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast with gradients: plain F.linear, cast to bf16
         assert kernels.linear(x.requires_grad_(), w).dtype == torch.bfloat16
     assert kernels.linear(torch.randn(0, 8, requires_grad=True), w).shape == (0, 4)
+
+
+@needs_onednn
+def test_linear_gelu_fuses_only_in_onednn_inference_and_matches_float64():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(37, 64, generator=g), torch.randn(96, 64, generator=g) * 0.2, torch.randn(96, generator=g)
+    exact = F.gelu(F.linear(x.double(), w.double(), b.double()))  # erf GELU
+
+    def run(**options):
+        with torch.no_grad(), speed_options(**options), torch.profiler.profile() as profile:
+            y = kernels.linear_gelu(x, w, b)
+        return y, {event.name for event in profile.events()}
+
+    fused, fused_ops = run(onednn_linear="always", fused_gelu=True)
+    separate, separate_ops = run(onednn_linear="always", fused_gelu=False)
+    mkl, mkl_ops = run(onednn_linear="training", fused_gelu=True)  # no oneDNN matmul here: F.gelu(F.linear)
+    assert "aten::gelu" not in fused_ops and "aten::gelu" in separate_ops and "aten::gelu" in mkl_ops
+    assert rel_err(fused, exact) < 1e-5 and rel_err(separate, exact) < 1e-5
+    assert torch.equal(mkl, F.gelu(F.linear(x, w, b)))
+    x.requires_grad_()
+    with speed_options(onednn_linear="always", fused_gelu=True):
+        y = kernels.linear_gelu(x, w, b)  # gradients needed: unfused, differentiable
+    assert "Gelu" in type(y.grad_fn).__name__
+    torch.testing.assert_close(y.detach(), fused, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- attention
@@ -137,6 +171,37 @@ def test_attention_dropout_is_inverted_dropout_on_the_probabilities():
     kept_share = out[..., 0].flatten()  # = (kept / T) / (1 - p): mean 1 over rows
     assert abs(kept_share.mean().item() - 1.0) < 4 * math.sqrt(0.25 / 0.75 / T / kept_share.numel())
     assert kept_share.std() > 0.05  # rows differ: the mask is random, not a constant scale
+
+
+@pytest.mark.parametrize("mode", ["sdpa", "explicit"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_packed_attention_matches_masked_padded_attention_with_gradients(mode, causal):
+    """Sequences of lengths 1 .. T (one full-length) packed one after another, plus rounding rows
+    that belong to none, against the padded (B, A, T, D) layout with a key-padding mask."""
+    lengths, A, D, extra = [5, 1, 9, 3, 9, 0, 2], 3, 4, 3
+    B, T, H = len(lengths), max(lengths), A * D
+    mask = torch.arange(T)[None] < torch.tensor(lengths)[:, None]  # (B, T)
+    g = torch.Generator().manual_seed(0)
+    qkv = torch.randn(B, T, 3 * H, generator=g)
+    real = mask.view(-1).nonzero().squeeze(1)
+    packed = torch.cat([qkv.view(B * T, -1)[real], torch.randn(extra, 3 * H, generator=g)]).requires_grad_()
+    padded = qkv.clone().requires_grad_()
+    grad_out = torch.randn(B, T, H, generator=g)
+    with speed_options(attention=mode):
+        ours = kernels.packed_attention(packed, lengths, A, is_causal=causal)
+        q, k, v = padded.view(B, T, 3, A, D).permute(2, 0, 3, 1, 4)
+        attn_mask = mask[:, None, None, :] & (torch.ones(T, T, dtype=torch.bool).tril() if causal else True)
+        reference = kernels.attention(q, k, v, attn_mask=attn_mask).transpose(1, 2).reshape(B, T, H)
+    assert ours.shape == (int(mask.sum()) + extra, H)
+    torch.testing.assert_close(ours[:-extra], reference.reshape(B * T, H)[real], rtol=1e-5, atol=1e-6)
+    assert ours[-extra:].abs().max() == 0  # rows of no sequence: zeros
+    (ours[:-extra] * grad_out.view(B * T, H)[real]).sum().backward()
+    (reference * grad_out * mask[..., None]).sum().backward()
+    torch.testing.assert_close(packed.grad[:-extra], padded.grad.view(B * T, -1)[real], rtol=1e-5, atol=1e-6)
+    assert packed.grad[-extra:].abs().max() == 0
+    if not causal:  # one sequence of length 1 attends only to itself: its context is its value
+        start = lengths[0]
+        torch.testing.assert_close(ours[start], packed[start, 2 * H:].detach())
 
 
 # ---------------------------------------------------------------- fast dropout masks
@@ -243,13 +308,17 @@ def test_unpadded_gathers_and_restores_real_tokens():
     rows = unpadded.unpad(x)
     real = mask.bool().view(-1)
     assert set(rows[:, 0].tolist()) >= set(torch.arange(12.0)[real].tolist())
+    assert unpadded.lengths == [3, 1, 3]
+    # Packed order: each sequence's real tokens together, in sequence order, the rounding row last.
+    assert rows[:7, 0].tolist() == [0.0, 1.0, 2.0, 4.0, 9.0, 10.0, 11.0]
     restored = unpadded.pad(rows)
     assert torch.equal(restored[mask.bool()], x[mask.bool()])
     assert int((restored[~mask.bool()] != 0).any(-1).sum()) <= 1  # at most the one rounding row
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("head", ["BertModel", "BertForSequenceClassification", "BertForQuestionAnswering"])
-def test_unpadded_model_matches_padded_model_on_real_tokens(head):
+def test_unpadded_model_matches_padded_model_on_real_tokens(head, packed):
     config = tiny_config(num_labels=3)
     model = randomized(getattr(bertkit, head)(config)).eval()
     batch = padded_batch([40, 3, 17, 29, 1, 40, 8])
@@ -257,7 +326,7 @@ def test_unpadded_model_matches_padded_model_on_real_tokens(head):
     with torch.no_grad():
         with speed_options(unpad="never"):
             reference = model(**batch, output_hidden_states=True)
-        with speed_options(unpad="always"):
+        with speed_options(unpad="always", packed_attention=packed):
             ours = model(**batch, output_hidden_states=True)
     for a, b in zip(ours.hidden_states, reference.hidden_states, strict=True):
         torch.testing.assert_close(a[real], b[real], rtol=1e-5, atol=1e-5)
@@ -266,6 +335,36 @@ def test_unpadded_model_matches_padded_model_on_real_tokens(head):
             torch.testing.assert_close(ours[key], reference[key], rtol=1e-5, atol=1e-5)
     if head == "BertForQuestionAnswering":
         torch.testing.assert_close(ours.start_logits[real], reference.start_logits[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("head, outputs", [
+    ("BertModel", ("last_hidden_state", "pooler_output")),
+    ("BertForSequenceClassification", ("logits",)),
+    ("BertForQuestionAnswering", ("start_logits", "end_logits")),
+    ("BertForTokenClassification", ("logits",)),
+    ("BertForMaskedLM", ("logits",)),
+])
+def test_packed_attention_model_matches_transformers(head, outputs, tmp_path):
+    """Default speed options (packed attention on the unpadded tokens, oneDNN fp32 Linear, fused
+    GELU) against transformers on mixed lengths: length 1, full length and in between, with
+    token types; outputs compared at the real positions."""
+    import transformers
+
+    config = tiny_config(num_labels=3, type_vocab_size=2)
+    ours = randomized(getattr(bertkit, head)(config)).eval()
+    ours.save_pretrained(tmp_path)
+    theirs = getattr(transformers, head).from_pretrained(tmp_path, attn_implementation="sdpa").eval()
+    batch = padded_batch([40, 1, 17, 40, 2, 33, 9, 25])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        assert kernels.unpadding_for(batch["attention_mask"]) is not None  # the packed path runs
+        mine = ours(**batch)
+        ref = theirs(**batch)
+    for name in outputs:
+        a, b = mine[name], ref[name]
+        if a.dim() >= 2 and a.shape[:2] == real.shape:
+            a, b = a[real], b[real]
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, msg=lambda m: f"{head} {name}: {m}")
 
 
 @pytest.mark.parametrize("left", [False, True])
@@ -284,14 +383,16 @@ def test_unpadded_causal_model_matches_transformers(left, tmp_path):
     torch.testing.assert_close(mine[real], ref[real], rtol=1e-4, atol=1e-5)
 
 
-def test_speed_options_training_gradients_match_reference_and_transformers(tmp_path):
-    """The default options (oneDNN Linear in training, fused QKV, unpadding, written-out attention)
-    against every option off, and against transformers: loss and every gradient."""
+@pytest.mark.parametrize("packed", [True, False])
+def test_speed_options_training_gradients_match_reference_and_transformers(packed, tmp_path):
+    """The default options (oneDNN Linear in training, fused QKV, unpadding with packed or re-padded
+    attention, written-out attention) against every option off, and against transformers: loss
+    and every gradient, on rows of length 1 to full length."""
     import transformers
 
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     ours = randomized(bertkit.BertForPreTraining(config)).train()
-    batch = padded_batch([40, 12, 33, 7, 40, 25, 19, 2])
+    batch = padded_batch([40, 12, 33, 7, 40, 25, 1, 2])
     g = torch.Generator().manual_seed(5)
     chosen = (torch.rand(batch["input_ids"].shape, generator=g) < 0.2) & batch["attention_mask"].bool()
     labels = torch.where(chosen, batch["input_ids"], -100)
@@ -306,7 +407,8 @@ def test_speed_options_training_gradients_match_reference_and_transformers(tmp_p
 
     with speed_options(unpad="always"):
         assert kernels.unpadding_for(batch["attention_mask"]) is not None
-    fast_loss, fast = gradients(ours, unpad="always", attention="explicit", onednn_linear="training", fused_qkv=True)
+    fast_loss, fast = gradients(ours, unpad="always", attention="explicit", onednn_linear="training", fused_qkv=True,
+                                packed_attention=packed)
     ref_loss, ref = gradients(ours, unpad="never", attention="sdpa", onednn_linear="never", fused_qkv=False)
     ours.save_pretrained(tmp_path)
     theirs = transformers.BertForPreTraining.from_pretrained(tmp_path, attn_implementation="sdpa").train()
