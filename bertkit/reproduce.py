@@ -65,7 +65,26 @@ def load_budget(name_or_path: str) -> dict:
     except json.JSONDecodeError as e:
         raise BertkitError(f"budget is not valid JSON: {e.msg}", path=str(path), line=e.lineno) from None
     budget["_path"] = str(path)
+    check_budget(budget)
     return budget
+
+
+def check_budget(budget: dict) -> None:
+    """Catch, before any work, settings that would fail hours into a run."""
+    where = budget.get("_path")
+    missing = [k for k in ("name", "corpus", "vocab", "pretraining_data", "model", "pretrain", "finetune", "tasks")
+               if k not in budget]
+    if missing:
+        raise BertkitError(f"budget lacks the section(s) {', '.join(missing)}", path=where)
+    positions = budget["model"].get("max_position_embeddings", 512)
+    lengths = {"pretraining_data.max_seq_length": budget["pretraining_data"].get("max_seq_length", 128)}
+    for task, cfg in budget["tasks"].items():
+        default = 384 if task in ("squad", "squad2") else budget["finetune"].get("max_seq_length", 128)
+        lengths[f"tasks.{task}.max_seq_length"] = cfg.get("max_seq_length", default)
+    for key, length in lengths.items():
+        if length > positions:
+            raise BertkitError(f"{key} is {length}, more than the model's max_position_embeddings {positions}: "
+                               "shorten it or give the model more positions", path=where)
 
 
 def _key(obj) -> str:
@@ -385,9 +404,11 @@ def reproduce(budget: str | dict, data_dir: str | None, output: str, variants: l
     for model_name, model_dir in model_dirs.items():
         ft = dict(budget["finetune"])
         if model_name == "reference":
-            ft.update({k: v for k, v in ref_cfg.items() if k != "enabled"})
+            ft.update({k: v for k, v in ref_cfg.items() if k not in ("enabled", "tasks")})
         for task in task_names:
             task_cfg = budget["tasks"][task]
+            if model_name == "reference":  # a 22M-parameter encoder costs more per example: a budget may trim its data
+                task_cfg = {**task_cfg, **ref_cfg.get("tasks", {}).get(task, {})}
             inputs = () if model_name == "reference" else (_model_stage(model_name),)
             res = stages.run(f"finetune-{model_name}-{task}",
                              {"task": task, "task_cfg": task_cfg, "finetune": ft, "precision": precision,
@@ -486,6 +507,8 @@ def write_report(out: Path, budget: dict, data_dir: Path, stages: Stages, corpus
               "| model | MNLI-m | QNLI | MRPC | SST-2 | SQuAD F1 |", "|---|---|---|---|---|---|"]
     for v, cols in PAPER_TABLE5.items():
         lines.append(f"| {VARIANT_LABELS[v]} | " + " | ".join(f"{cols[c]:.1f}" for c in ("mnli", "qnli", "mrpc", "sst-2", "squad")) + " |")
+    if "reference" in results:
+        lines += _reference_section(budget, tasks, results)
     lines += ["", "### Runs and seeds", ""]
     for m in rows:
         for t in tasks:
@@ -507,6 +530,31 @@ def write_report(out: Path, budget: dict, data_dir: Path, stages: Stages, corpus
               "stages_run_this_time": stages.ran, "paper_table5": PAPER_TABLE5}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report
+
+
+def _reference_section(budget: dict, tasks: list[str], results: dict) -> list[str]:
+    """What full-scale pre-training buys: the real all-MiniLM-L6-v2 beside this run's BERT and random init."""
+    ref_cfg = budget.get("reference_model", {})
+    ft = {**budget["finetune"], **{k: v for k, v in ref_cfg.items() if k not in ("enabled", "tasks")}}
+    lines = ["", "## A real pre-trained encoder: all-MiniLM-L6-v2", "",
+             "The same fine-tuning code on the real all-MiniLM-L6-v2 weights (6 layers, hidden 384, distilled from a "
+             "model pre-trained on billions of words, then tuned for sentence embeddings; its own uncased vocabulary). "
+             "The gap to this run's BERT is what full-scale pre-training buys at this fine-tuning budget.", "",
+             "| task | BERT (this run) | random init | all-MiniLM-L6-v2 | MiniLM - BERT | MiniLM training data |",
+             "|---|---|---|---|---|---|"]
+    for t in tasks:
+        mine, rand, ref = (results.get(m, {}).get(t) for m in ("bert", "random-init", "reference"))
+        if not ref:
+            continue
+        gap = ref["value"] - mine["value"] if mine and ref["value"] is not None and mine["value"] is not None else None
+        cfg = {**budget["tasks"][t], **ref_cfg.get("tasks", {}).get(t, {})}
+        size = next((f"{cfg[k]:,} {k.split('_')[-1]}" for k in ("max_train_examples", "max_train_sentences") if cfg.get(k)),
+                    "all")
+        lines.append(f"| {_task_label(t)} | {_fmt(mine and mine['value'])} | {_fmt(rand and rand['value'])} | "
+                     f"{_fmt(ref['value'])} | {'-' if gap is None else f'{gap:+.1f}'} | {size} |")
+    lines += ["", f"Settings: learning rate(s) {', '.join(f'{x:g}' for x in ft['learning_rates'])}, epochs "
+              f"{', '.join(str(x) for x in ft['epochs'])}, seeds {', '.join(str(x) for x in ft['seeds'])}."]
+    return lines
 
 
 def _task_label(task: str) -> str:

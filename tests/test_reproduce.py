@@ -87,3 +87,36 @@ def test_budgets_are_plain_config_files():
         assert budget["name"] == name and budget["tasks"] and budget["variants"]
     with pytest.raises(BertkitError, match="unknown budget"):
         load_budget("nope")
+
+
+def test_reference_section_sets_minilm_beside_bert_and_random_init():
+    from bertkit.reproduce import _reference_section
+
+    budget = {"finetune": {"learning_rates": [1e-4], "epochs": [2], "seeds": [1]},
+              "tasks": {"mrpc": {"max_train_examples": 2000}, "ner": {"max_train_sentences": 1500}, "rte": {}},
+              "reference_model": {"enabled": True, "learning_rates": [5e-5],
+                                  "tasks": {"mrpc": {"max_train_examples": 500}}}}
+    results = {"bert": {"mrpc": {"value": 68.4}, "ner": {"value": 10.0}, "rte": {"value": 52.0}},
+               "random-init": {"mrpc": {"value": 66.0}, "ner": {"value": 2.5}},
+               "reference": {"mrpc": {"value": 80.1}, "ner": {"value": 71.25}, "rte": {"value": None}}}
+    lines = _reference_section(budget, ["mrpc", "ner", "rte"], results)
+    rows = {line.split(" | ")[0].strip("| "): [c.strip(" |") for c in line.split(" | ")] for line in lines
+            if line.startswith("| ") and not line.startswith("| task")}
+    assert rows["MRPC"] == ["MRPC", "68.4", "66.0", "80.1", "+11.7", "500 examples"]  # the reference's own subset
+    assert rows["CoNLL NER F1"][1:] == ["10.0", "2.5", "71.2", "+61.2", "1,500 sentences"]
+    assert rows["RTE"][1:] == ["52.0", "-", "-", "-", "all"]
+    assert "learning rate(s) 5e-05, epochs 2, seeds 1" in lines[-1]
+
+
+def test_budget_longer_than_the_model_positions_is_refused_before_any_work(tmp_path):
+    from bertkit.reproduce import BUDGET_DIR
+
+    for shipped in BUDGET_DIR.glob("*.json"):
+        load_budget(str(shipped))  # every shipped budget passes the check
+    budget = json.loads((BUDGET_DIR / "smoke.json").read_text())
+    budget["tasks"]["squad"]["max_seq_length"] = 192  # the model has 128 positions
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(budget))
+    with pytest.raises(BertkitError, match=r"long\.json: tasks\.squad\.max_seq_length is 192, more than the "
+                                           r"model's max_position_embeddings 128"):
+        load_budget(str(path))
