@@ -124,7 +124,17 @@ INFERENCE_LEVERS = [
     ("unpadding (with packed attention)", {}, {"unpad": "never"}),
     ("packed attention (vs re-padding for attention)", {}, {"packed_attention": False}),
     ("oneDNN fp32 Linear in inference", {}, {"onednn_linear": "training"}),
+    ("grouped attention in bf16 (vs per-sequence SDPA)", {}, {"grouped_attention": False}),
+    ("residual sum as GEMM post-op in fp32", {}, {"fused_residual": False}),
 ]
+
+
+def _lever_applies(lever: str, precision: str) -> bool:
+    """Levers that act in one precision only: oneDNN fp32 Linear and the fused residual in fp32
+    (autocast matmuls already go through oneDNN), grouped attention in bf16."""
+    if precision == "bf16":
+        return "oneDNN" not in lever and "in fp32" not in lever
+    return "in bf16" not in lever
 
 
 def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
@@ -179,7 +189,7 @@ def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
         return run
 
     levers = [(lever, on, off, batches, batches) for lever, on, off in INFERENCE_LEVERS
-              if not (precision == "bf16" and "oneDNN" in lever)]
+              if _lever_applies(lever, precision)]
     levers.append(("length-grouped batches (data side, not in the model)", {}, {}, grouped, batches))
     for lever, on, off, data_on, data_off in levers:
         # Timed rounds cover every batch once (grouped batches differ in length: a subset would bias).

@@ -232,7 +232,8 @@ def markdown(results: dict) -> str:
             lines += [f"(b): {100 * share:.0f}% of the positions in these batches are padding, so running only the "
                       f"real tokens can cut the token-wise work (projections, feed-forward) by at most "
                       f"{1 / (1 - share):.2f}x; bertkit also runs attention on the packed real tokens, sequence by "
-                      "sequence, where transformers attends over the padded (B, T) layout with a mask.", ""]
+                      "sequence in fp32 and in groups of similar length in bf16, where transformers attends over "
+                      "the padded (B, T) layout with a mask.", ""]
     memory = [r for r in results["rows"] if r["case"].startswith("d")]
     if memory:
         lines += ["## Peak memory (fresh process per framework, 2 steps, peak resident set size)", "",

@@ -94,6 +94,8 @@ class BertSelfAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
         if unpadded is not None and kernels.options.packed_attention:
             # Each sequence's real tokens are consecutive rows: attend within them, no re-padding.
+            if kernels.grouped_attention_pays(qkv, dropout_p, self.is_causal):
+                return kernels.grouped_attention(qkv, unpadded.attention_groups(), self.num_heads)
             return kernels.packed_attention(qkv, unpadded.lengths, self.num_heads, dropout_p, self.is_causal)
         if unpadded is not None:
             qkv = unpadded.pad(qkv)  # attention in the (B, T) layout
@@ -130,6 +132,9 @@ class BertSelfOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h, residual):
+        if (not self.training or self.dropout.p == 0.0) and type(self.dense) is Linear:
+            # No dropout between projection and residual: the sum can be the GEMM's post-op.
+            return self.LayerNorm(kernels.linear_add(h, self.dense.weight, self.dense.bias, residual))
         return self.LayerNorm(self.dropout(self.dense(h)) + residual)
 
 

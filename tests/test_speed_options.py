@@ -514,3 +514,106 @@ def test_speed_options_from_the_environment(monkeypatch):
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "fast_dropout=maybe")
     with pytest.raises(BertkitError, match="BERTKIT_SPEED_OPTIONS"):
         kernels._from_environment()
+
+
+# ---------------------------------------------------------------- grouped attention, fused residual
+
+
+def packed_rows(lengths, H, extra, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(sum(lengths) + extra, 3 * H, generator=g)
+
+
+@pytest.mark.parametrize("lengths", [[40, 1, 17, 40, 2, 33, 9, 25, 0, 38], [16, 16, 16], [1], [7, 40, 39]])
+def test_grouped_attention_matches_per_sequence_attention(lengths):
+    """Sequences of mixed lengths (1, full length, equal lengths, an empty one) grouped by length
+    against SDPA run sequence by sequence, in fp32 (tight) and bf16 (against the fp32 result)."""
+    A, D, extra = 2, 8, 5
+    H = A * D
+    packed = packed_rows(lengths, H, extra)
+    groups = kernels.AttentionGroups(lengths, packed.shape[0], waste=0.1, key_multiple=16)
+    with speed_options(attention="sdpa"):
+        reference = kernels.packed_attention(packed, lengths, A)
+    ours = kernels.grouped_attention(packed.clone(), groups, A)
+    assert ours.shape == reference.shape
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    assert ours[-extra:].abs().max() == 0  # rows of no sequence: zeros
+    bf16 = kernels.grouped_attention(packed.bfloat16(), groups, A)
+    assert bf16.dtype == torch.bfloat16
+    torch.testing.assert_close(bf16.float(), reference, rtol=0.03, atol=0.03)
+    for offset, count, width, key_lengths in groups.groups:  # keys rounded to 16, waste bounded
+        assert width % 16 == 0 and count >= 1
+
+
+def test_attention_groups_cover_every_sequence_once_within_the_waste_bound():
+    lengths = [5, 120, 64, 1, 128, 77, 77, 30, 99, 16]
+    groups = kernels.AttentionGroups(lengths, sum(lengths) + 3, waste=0.1, key_multiple=1)
+    assert sorted(groups.inverse[:sum(lengths)].tolist()) == sorted(set(groups.inverse[:sum(lengths)].tolist()))
+    assert (groups.inverse[-3:] == groups.padded_rows).all()  # the zero row
+    assert sum(count for _, count, _, _ in groups.groups) == len(lengths)
+    # every packed row is gathered back from the position it was gathered to
+    assert torch.equal(groups.index[groups.inverse[:sum(lengths)]], torch.arange(sum(lengths)))
+    for _, count, width, key_lengths in groups.groups:
+        real = int(key_lengths.sum()) if key_lengths is not None else count * width
+        assert count == 1 or count * width <= 1.1 * real
+
+
+def test_grouped_attention_chosen_only_for_bf16_inference():
+    qkv = torch.randn(6, 12)
+    pays = kernels.grouped_attention_pays
+    with torch.no_grad():
+        assert pays(qkv.bfloat16(), 0.0, False)
+        assert not pays(qkv, 0.0, False)  # fp32: SDPA is faster
+        assert not pays(qkv.bfloat16(), 0.1, False) and not pays(qkv.bfloat16(), 0.0, True)
+        with speed_options(grouped_attention=False):
+            assert not pays(qkv.bfloat16(), 0.0, False)
+    assert not pays(qkv.bfloat16().requires_grad_(), 0.0, False)  # training: per-sequence attention
+
+
+def test_grouped_attention_model_matches_per_sequence_and_transformers_in_bf16(tmp_path, monkeypatch):
+    """bf16 inference with grouped attention against the same model with per-sequence SDPA, the
+    padded model in fp32 and transformers under the same autocast, at real positions."""
+    import transformers
+
+    model = randomized(bertkit.BertModel(tiny_config())).eval()
+    model.save_pretrained(tmp_path)
+    theirs = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
+    batch = padded_batch([40, 3, 17, 29, 1, 40, 8, 33, 39, 12])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        with speed_options(unpad="never"):
+            fp32 = model(**batch).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16), speed_options(unpad="always"):
+            calls, original = [], kernels.grouped_attention
+            monkeypatch.setattr(kernels, "grouped_attention", lambda *a: calls.append(1) or original(*a))
+            grouped = model(**batch).last_hidden_state.float()
+            monkeypatch.undo()
+            with speed_options(grouped_attention=False):
+                per_sequence = model(**batch).last_hidden_state.float()
+            reference = theirs(**batch).last_hidden_state.float()
+    assert calls  # the grouped path ran
+    for other in (per_sequence, reference):
+        difference = (grouped - other)[real].abs()
+        assert difference.mean() < 0.02 and difference.max() < 0.15
+    for bf16 in (grouped, reference):  # both track fp32 equally well
+        assert (bf16 - fp32)[real].abs().mean() < 0.02
+    assert (grouped - fp32)[real].abs().mean() < 1.5 * (reference - fp32)[real].abs().mean() + 1e-3
+
+
+@needs_onednn
+def test_linear_add_fuses_only_in_fp32_onednn_inference_and_matches_float64():
+    g = torch.Generator().manual_seed(0)
+    x, w, b, r = (torch.randn(*shape, generator=g) for shape in ((37, 24), (16, 24), (16,), (37, 16)))
+    exact = F.linear(x.double(), w.double(), b.double()) + r.double()
+    with torch.no_grad():
+        fused = kernels.linear_add(x, w, b, r)
+        with speed_options(fused_residual=False):
+            unfused = kernels.linear_add(x, w, b, r)
+        with speed_options(onednn_linear="training"):
+            mkl = kernels.linear_add(x, w, b, r)
+    assert rel_err(fused, exact) < 1e-6 and rel_err(unfused, exact) < 1e-6 and rel_err(mkl, exact) < 1e-6
+    torch.testing.assert_close(fused, unfused, rtol=1e-6, atol=1e-6)
+    xg = x.clone().requires_grad_()  # with gradients: the unfused, differentiable path
+    out = kernels.linear_add(xg, w, b, r)
+    out.sum().backward()
+    torch.testing.assert_close(xg.grad, w.sum(0).expand_as(x), rtol=1e-5, atol=1e-5)
