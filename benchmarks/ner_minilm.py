@@ -7,8 +7,10 @@ Expect numbers well below the paper's (Table 7, BERT-BASE dev F1: fine-tune 96.4
 second-to-last 95.6, last 94.9, weighted sum of all 95.5, sum last four 95.9, concat last four 96.1).
 With 6 layers, "last four" means layers 3-6 and the weighted sum mixes 7 hidden states.
 
-Full run (hours on a CPU; minutes on a GPU):
-    python benchmarks/ner_minilm.py --data-dir $BERTKIT_DATA --output runs/ner_minilm
+Full run (fine-tuning 15 minutes on one CPU thread; each feature-based variant with the paper's
+768-unit BiLSTM 20-45 minutes; minutes on a GPU; results in benchmarks/results/squad_ner_minilm.md):
+    python benchmarks/ner_minilm.py --data-dir $BERTKIT_DATA --output runs/ner_minilm --learning-rate 1e-4 \
+        --batch-size 16 --threads 1
 Reduced run (~15 minutes on 2 loaded CPU cores; scored on the full dev and test sets):
     nice -n 10 python benchmarks/ner_minilm.py --data-dir $BERTKIT_DATA --output runs/ner_minilm_reduced \
         --max-train-sentences 2000 --epochs 2 --batch-size 16 --lstm-size 128 --fb-epochs 4 --fb-learning-rate 3e-3 \

@@ -13,10 +13,11 @@ CPU day for MiniLM and minutes on a GPU:
 
     nice -n 10 .venv/bin/python benchmarks/squad_minilm.py --output runs/bench_squad --data-dir $BERTKIT_DATA
 
-A few CPU hours (2 cores; about 21k + 2 x 6k windows at length 384):
+A few CPU hours (about 20k + 6k training windows at length 384; v1.1 took 96 minutes and v2.0 35
+minutes on one thread each, bf16 autocast; results in benchmarks/results/squad_ner_minilm.md):
 
-    nice -n 10 .venv/bin/python benchmarks/squad_minilm.py --output runs/bench_squad --data-dir $BERTKIT_DATA \
-        --v1-train-examples 20000 --v1-dev-examples 2000 --v2-dev-examples 2000 --epochs 2 --v2-epochs 2 \
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/squad_minilm.py --output runs/bench_squad \
+        --data-dir $BERTKIT_DATA --v1-train-examples 20000 --v1-dev-examples 2000 --epochs 2 --v2-epochs 2 \
         --batch-size 32 --learning-rate 1e-4
 
 The reduced run reported by hand (22 minutes on 2 shared cores), in two parts:
