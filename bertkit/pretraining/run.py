@@ -1,4 +1,4 @@
-"""`bertkit pretrain`: MLM + NSP pre-training by the paper's recipe (SPEC §4-6), or its ablations.
+"""`bertkit pretrain`: MLM + NSP pre-training by the paper's recipe (§3.1, appendix A.2), or its ablations.
 
 Objectives (configuration on the one model and loop, not forks):
   bert     BertForPreTraining: MLM + NSP
@@ -6,32 +6,41 @@ Objectives (configuration on the one model and loop, not forks):
   ltr      BertForMaskedLM with causal attention, predicting the next token at every position
 Two phases: phase 1 on `--data` (length 128), the last `--phase2-fraction` of the steps on
 `--phase2-data` (length 512); one linear warm-up/decay schedule spans both.
+`--time-budget 15m` turns the budget into a step count measured on this machine, and fills every
+setting not given with the recipe that measured best for that budget (recipe.py).
+`--init-from DIR` continues from any BERT checkpoint in the Hugging Face layout, keeping its
+vocabulary (the original's `--init_checkpoint`, e.g. for domain adaptation).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
+import math
+import time
 from pathlib import Path
-
 
 from ..config import BertConfig
 from ..errors import BertkitError
 from ..heads import BertForMaskedLM, BertForPreTraining
 from ..metrics import perplexity
+from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
+from ..train.plan import parse_duration
+from .recipe import PAPER, resolve_recipe
 from .shards import PretrainingBatchSource, PretrainingDataset
 
+log = logging.getLogger("bertkit")
 
-def build_pretraining_model(model_config: str | BertConfig, vocab_size: int, pad_id: int, objective: str,
-                            nsp: bool):
-    config = model_config if isinstance(model_config, BertConfig) else BertConfig.from_name_or_file(model_config)
-    config.vocab_size, config.pad_token_id = vocab_size, pad_id
-    if objective == "ltr":
-        config.is_decoder = True
+
+def build_pretraining_model(config: BertConfig, objective: str, nsp: bool):
+    """BertForPreTraining (MLM + NSP), or BertForMaskedLM for No-NSP and LTR (config.is_decoder)."""
+    if objective == "ltr" or not nsp:
         return BertForMaskedLM(config)
-    return BertForPreTraining(config) if nsp else BertForMaskedLM(config)
+    return BertForPreTraining(config)
 
 
 def pretraining_batch_metrics(batch: dict, out) -> dict:
@@ -75,30 +84,62 @@ def make_evaluator(eval_source: PretrainingBatchSource, max_batches: int):
     return evaluate
 
 
-def pretrain(data: str, output: str, model_config: str | BertConfig = "mini", max_steps: int = 1000,
-             batch_size: int = 256, grad_accum: int = 1, learning_rate: float = 1e-4, warmup_steps: int = 10000,
-             weight_decay: float = 0.01, max_grad_norm: float = 1.0, precision: str = "auto", seed: int = 12345,
+def pretrain(data: str, output: str, model_config: str | BertConfig | None = None, max_steps: int | None = None,
+             time_budget: str | float | None = None, batch_size: int | None = None, grad_accum: int = 1,
+             learning_rate: float | None = None, warmup_steps: int | None = None, warmup_ratio: float | None = None,
+             weight_decay: float | None = None, max_grad_norm: float | None = None, dropout: float | None = None,
+             masked_lm_prob: float | None = None, precision: str = "auto", seed: int = 12345,
              logging_steps: int = 50, save_steps: int = 1000, eval_steps: int = 0, eval_data: str | None = None,
-             eval_batches: int = 20, resume: bool = False, nsp: bool = True, objective: str = "mlm",
-             mask_mix=None, masking: str | None = None, phase2_data: str | None = None,
-             phase2_fraction: float = 0.1, device: str = "auto", progress: bool | None = None):
-    """Pre-train and return the TrainResult; the model lands in `output` in the Hugging Face layout."""
+             eval_batches: int = 20, resume: bool = False, overwrite: bool = False, nsp: bool | None = None,
+             objective: str = "mlm", mask_mix=None, masking: str | None = None, phase2_data: str | None = None,
+             phase2_fraction: float = 0.1, init_from: str | None = None, device: str = "auto",
+             progress: bool | None = None):
+    """Pre-train and return the TrainResult; the model lands in `output` in the Hugging Face layout.
+
+    Settings left as None come from the recipe: the paper's without `time_budget`, else the one
+    measured best for that budget (recipe.py). With `time_budget` the run ends on time: data
+    loading, the measuring steps, evaluations, checkpoints and the final save are inside it.
+    """
+    clock_start = time.time()
     if objective not in ("mlm", "ltr"):
         raise BertkitError(f"--objective must be mlm or ltr, not {objective!r}")
-    nsp = nsp and objective == "mlm"
+    budget = parse_duration(time_budget) if time_budget is not None else None
+    if init_from is not None and model_config is not None:
+        raise BertkitError("give --init-from or --model-config, not both (the checkpoint brings its own config)")
+    recipe, deviations = resolve_recipe(dict(
+        model_config=model_config if isinstance(model_config, str) or model_config is None else
+        f"custom ({model_config.num_hidden_layers} layers x {model_config.hidden_size})", batch_size=batch_size,
+        learning_rate=learning_rate, warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, max_steps=max_steps,
+        weight_decay=weight_decay, max_grad_norm=max_grad_norm, dropout=dropout, masked_lm_prob=masked_lm_prob,
+        nsp=nsp), budget)
+    nsp = recipe.nsp and objective == "mlm"
+    if not nsp and objective == "mlm" and "no next-sentence prediction" not in " ".join(deviations):
+        deviations.append("no next-sentence prediction (paper: MLM + NSP)")
+    if objective == "ltr":
+        deviations.append("left-to-right objective (the paper's LTR ablation)")
     rank, world = dist_info()
-    per_rank, rest = divmod(batch_size, world * grad_accum)
+    per_rank, rest = divmod(recipe.batch_size, world * grad_accum)
     if rest or per_rank < 1:
-        raise BertkitError(f"--batch-size {batch_size} must be a multiple of ranks x grad-accum = {world * grad_accum}")
+        raise BertkitError(f"--batch-size {recipe.batch_size} must be a multiple of ranks x grad-accum = "
+                           f"{world * grad_accum}")
     source_options = dict(objective=objective, nsp=nsp, mask_mix=mask_mix, masking=masking)
+    train_options = dict(source_options)
+    if recipe.masked_lm_prob is not None:
+        train_options.update(masking="dynamic", masked_lm_prob=recipe.masked_lm_prob,
+                             max_predictions=None)
 
     def source(directory, seed_offset=0):
         dataset = PretrainingDataset(directory)
+        options = dict(train_options)
+        if recipe.masked_lm_prob is not None:  # room for the extra predictions a higher rate makes
+            options["max_predictions"] = max(dataset.max_predictions,
+                                             math.ceil(dataset.max_seq_length * recipe.masked_lm_prob))
         return dataset, PretrainingBatchSource(dataset, per_rank, seed + seed_offset, rank=rank, world_size=world,
-                                               **source_options)
+                                               **options)
 
     dataset1, source1 = source(data)
-    phases = [Phase(source1, steps=max_steps, name=f"phase1 (len {dataset1.max_seq_length})")]
+    phase1_name = f"phase1 (len {dataset1.max_seq_length})"
+    phases = [Phase(source1, steps=recipe.max_steps, name=phase1_name)]
     if phase2_data:
         if not 0 < phase2_fraction < 1:
             raise BertkitError("--phase2-fraction must be between 0 and 1")
@@ -106,67 +147,144 @@ def pretrain(data: str, output: str, model_config: str | BertConfig = "mini", ma
         if dataset2.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
             raise BertkitError("phase-2 data was built with a different vocabulary than phase-1 data",
                                path=phase2_data)
-        steps2 = max(1, round(max_steps * phase2_fraction))
-        phases = [Phase(source1, steps=max_steps - steps2, name=phases[0].name),
-                  Phase(source2, steps=steps2, name=f"phase2 (len {dataset2.max_seq_length})")]
+        name2 = f"phase2 (len {dataset2.max_seq_length})"
+        if budget:
+            phases = [Phase(source1, name=phase1_name, fraction=1 - phase2_fraction),
+                      Phase(source2, name=name2, fraction=phase2_fraction)]
+        else:
+            steps2 = max(1, round(recipe.max_steps * phase2_fraction))
+            phases = [Phase(source1, steps=recipe.max_steps - steps2, name=phase1_name),
+                      Phase(source2, steps=steps2, name=name2)]
 
+    tokenizer = data_tokenizer(dataset1)
     set_seed(seed)  # the initial weights too are a function of --seed
-    model = build_pretraining_model(model_config, dataset1.vocab_size, dataset1.pad_id, objective, nsp)
+    if init_from is not None:
+        model, config = continued_model(init_from, dataset1, objective, nsp, recipe.dropout)
+        deviations.append(f"continued from {init_from}")
+    else:
+        config = model_config if isinstance(model_config, BertConfig) else BertConfig.from_name_or_file(
+            recipe.model_config)
+        config = config.replace(vocab_size=dataset1.vocab_size, pad_token_id=dataset1.pad_id,
+                                is_decoder=objective == "ltr")
+        if dropout is not None or budget:  # else a given config.json keeps its own dropout
+            config = config.replace(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
+        model = build_pretraining_model(config, objective, nsp)
     evaluate = None
     if eval_data:
         eval_dataset = PretrainingDataset(eval_data)
+        if eval_dataset.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
+            raise BertkitError("--eval-data was built with a different vocabulary than --data", path=eval_data)
         eval_source = PretrainingBatchSource(eval_dataset, min(64, max(1, len(eval_dataset))), seed=0,
                                              drop_last=False, **source_options)
         evaluate = make_evaluator(eval_source, eval_batches)
 
-    tokenizer = None
-    try:
-        from ..tokenizer import BertTokenizer
-
-        tokenizer = BertTokenizer.from_pretrained(dataset1.directory / dataset1.manifest["vocab"]["file"])
-        if "do_lower_case" in dataset1.manifest["vocab"]:
-            tokenizer.do_lower_case = dataset1.manifest["vocab"]["do_lower_case"]
-    except BertkitError:
-        raise
-    except Exception:  # a model without a tokenizer is still a usable checkpoint
-        tokenizer = None
-
-    args = TrainArgs(output_dir=output, learning_rate=learning_rate, warmup_steps=warmup_steps,
-                     weight_decay=weight_decay, max_grad_norm=max_grad_norm, grad_accum=grad_accum,
-                     precision=precision, device=device, seed=seed, logging_steps=logging_steps,
-                     save_steps=save_steps, eval_steps=eval_steps, resume=resume, progress=progress,
-                     tokenizer=tokenizer)
+    identity = {"data": str(Path(data).resolve()), "phase2_data": str(Path(phase2_data).resolve()) if phase2_data
+                else None, "model": {k: v for k, v in model.config.to_dict().items() if k != "architectures"},
+                "seed": seed, "objective": objective, "nsp": nsp, "batch_size": recipe.batch_size,
+                "learning_rate": recipe.learning_rate, "time_budget": budget, "max_steps": recipe.max_steps,
+                "init_from": str(init_from) if init_from else None}
+    args = TrainArgs(output_dir=output, learning_rate=recipe.learning_rate, warmup_steps=recipe.warmup_steps,
+                     warmup_ratio=recipe.warmup_ratio, weight_decay=recipe.weight_decay,
+                     max_grad_norm=recipe.max_grad_norm, grad_accum=grad_accum, precision=precision, device=device,
+                     seed=seed, logging_steps=logging_steps, save_steps=save_steps, eval_steps=eval_steps,
+                     resume=resume, progress=progress, tokenizer=tokenizer, time_budget=budget,
+                     clock_start=clock_start, existing_output="overwrite" if overwrite else "refuse",
+                     identity=identity)
+    run_record = {"data": str(data), "phase2_data": phase2_data, "eval_data": eval_data,
+                  "model_config": model.config.to_dict(), "recipe": dataclasses.asdict(recipe),
+                  "deviations_from_paper": deviations, "time_budget_seconds": budget, "grad_accum": grad_accum,
+                  "world_size": world, "objective": objective, "nsp": nsp, "mask_mix": mask_mix, "seed": seed,
+                  "precision": precision, "init_from": init_from}
+    result = fit(model, phases, args, evaluate=evaluate, batch_metrics=pretraining_batch_metrics)
     if rank == 0:
-        Path(output).mkdir(parents=True, exist_ok=True)
-        (Path(output) / "pretrain_args.json").write_text(json.dumps({
-            "data": str(data), "phase2_data": phase2_data, "model_config": model.config.to_dict(),
-            "max_steps": max_steps, "batch_size": batch_size, "grad_accum": grad_accum, "world_size": world,
-            "learning_rate": learning_rate, "warmup_steps": warmup_steps, "objective": objective, "nsp": nsp,
-            "mask_mix": mask_mix, "seed": seed, "precision": precision}, indent=2) + "\n")
-    return fit(model, phases, args, evaluate=evaluate, batch_metrics=pretraining_batch_metrics)
+        # A run whose dropout was switched off for pre-training saves the paper's for fine-tuning.
+        restore = PAPER.dropout if (dropout is not None or budget or init_from) else None
+        finish_output(Path(output), model, restore, recipe, deviations, result, run_record)
+    return result
+
+
+def data_tokenizer(dataset: PretrainingDataset) -> BertTokenizer:
+    """The tokenizer the data was made with, saved beside the model so the output folder is complete."""
+    tokenizer = BertTokenizer.from_pretrained(dataset.directory / dataset.manifest["vocab"]["file"])
+    if "do_lower_case" in dataset.manifest["vocab"]:
+        tokenizer.do_lower_case = dataset.manifest["vocab"]["do_lower_case"]
+    return tokenizer
+
+
+def continued_model(init_from: str, dataset: PretrainingDataset, objective: str, nsp: bool, dropout: float):
+    """A pre-training model initialised from a checkpoint whose vocabulary matches the data's."""
+    directory = Path(init_from)
+    vocab_path = directory / "vocab.txt"
+    if not vocab_path.is_file():
+        raise BertkitError("--init-from needs the checkpoint's vocab.txt (its tokenizer is kept)", path=str(directory))
+    model_tokens = vocab_path.read_text(encoding="utf-8").splitlines()
+    data_tokens = (dataset.directory / dataset.manifest["vocab"]["file"]).read_text(encoding="utf-8").splitlines()
+    if model_tokens != data_tokens:
+        raise BertkitError(f"the pre-training data was made with another vocabulary ({len(data_tokens)} tokens) "
+                           f"than the checkpoint's vocab.txt ({len(model_tokens)} tokens); rebuild the data with "
+                           f"--vocab {vocab_path}", path=str(dataset.directory))
+    config = BertConfig.from_json_file(directory / "config.json")
+    config = config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+                            is_decoder=objective == "ltr", architectures=None)
+    cls = BertForPreTraining if nsp and objective == "mlm" else BertForMaskedLM
+    model = cls.from_pretrained(directory, config=config)
+    if model.loading_info["missing_keys"]:
+        log.warning("--init-from %s: newly initialised (not in the checkpoint): %s", init_from,
+                    ", ".join(model.loading_info["missing_keys"]))
+    return model, config
+
+
+def finish_output(output: Path, model, restore_dropout: float | None, recipe, deviations: list[str], result,
+                  run_record: dict) -> None:
+    """The output folder as a complete model for fine-tuning: config.json with the fine-tuning dropout
+    (pre-training may have run without it) and the recipe's deviations from the paper named, as in
+    pretrain_args.json."""
+    config = model.config
+    if restore_dropout is not None:
+        config = config.replace(hidden_dropout_prob=restore_dropout, attention_probs_dropout_prob=restore_dropout)
+    config.extra = {**config.extra, "bertkit_pretraining": {"deviations_from_paper": deviations,
+                                                            "dropout_while_pretraining": recipe.dropout,
+                                                            "steps": result.global_step}}
+    config = config.replace(architectures=[type(model).__name__])
+    config.save(output)
+    run_record = {**run_record, "steps": result.global_step,
+                  "plan": result.plan.to_dict() if result.plan is not None else None,
+                  "stopped_early": result.stopped_early}
+    (output / "pretrain_args.json").write_text(json.dumps(run_record, indent=2) + "\n")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="pre-training data directory (bertkit create-pretraining-data)")
     p.add_argument("--output", required=True, help="run directory: model, checkpoints, metrics.jsonl")
-    p.add_argument("--model-config", default="mini", help="size preset (tiny, mini, small, medium, base, large) or config.json")
+    p.add_argument("--time-budget", help="wall-clock budget, e.g. 15m, 1h, 4h: the step count is measured to fit "
+                   "it, the learning rate reaches zero at its end, and settings not given come from the recipe "
+                   "measured best for it")
+    p.add_argument("--model-config", help="size preset (tiny, mini, small, medium, base, large) or config.json "
+                   "(default: mini, or the budget's recipe)")
+    p.add_argument("--init-from", help="continue pre-training from this BERT checkpoint (Hugging Face layout, "
+                   "with vocab.txt); the data must use its vocabulary")
     p.add_argument("--vocab", help="ignored unless it disagrees with the data's vocabulary (the data carries its own)")
-    p.add_argument("--max-steps", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=256, help="global batch: per-rank batch x ranks x grad-accum")
+    p.add_argument("--max-steps", type=int, help="optimizer steps (default 1000; set by --time-budget when given)")
+    p.add_argument("--batch-size", type=int, help="global batch: per-rank batch x ranks x grad-accum (default 256)")
     p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--learning-rate", type=float, default=1e-4)
-    p.add_argument("--warmup-steps", type=int, default=10000)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--learning-rate", type=float, help="peak learning rate (default 1e-4)")
+    p.add_argument("--warmup-steps", type=int, help="default 10000, or a share of the steps with --time-budget")
+    p.add_argument("--warmup-ratio", type=float, help="warm-up as a share of the steps (with --time-budget)")
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--max-grad-norm", type=float)
+    p.add_argument("--dropout", type=float, help="hidden and attention dropout while pre-training (default 0.1; "
+                   "0 with --time-budget); the saved config keeps 0.1 for fine-tuning")
+    p.add_argument("--masked-lm-prob", type=float, help="masking rate drawn at load time (default: the data's)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--device", default="auto")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--logging-steps", type=int, default=50)
-    p.add_argument("--save-steps", type=int, default=1000)
-    p.add_argument("--eval-steps", type=int, default=0)
+    p.add_argument("--save-steps", type=int, default=1000, help="(with --time-budget: 4 checkpoints over the run)")
+    p.add_argument("--eval-steps", type=int, default=0, help="(with --time-budget: 10 evaluations over the run)")
     p.add_argument("--eval-data", help="held-out pre-training data directory for MLM/NSP evaluation")
     p.add_argument("--eval-batches", type=int, default=20)
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
+    p.add_argument("--overwrite", action="store_true", help="replace a run already in --output")
     p.add_argument("--no-nsp", action="store_true", help="MLM only (the paper's No-NSP ablation)")
     p.add_argument("--objective", default="mlm", choices=["mlm", "ltr"], help="ltr: left-to-right LM, no NSP")
     p.add_argument("--mask-mix", help="[MASK]/same/random percentages, e.g. 80,10,10 (dynamic masking)")
@@ -187,20 +305,22 @@ def run_from_args(args) -> int:
             raise BertkitError("--vocab differs from the vocabulary the data was built with", path=str(vocab_path))
     result = pretrain(
         data=args.data, output=args.output, model_config=args.model_config, max_steps=args.max_steps,
-        batch_size=args.batch_size, grad_accum=args.grad_accum, learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps, weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm,
-        precision=args.precision, seed=args.seed, logging_steps=args.logging_steps, save_steps=args.save_steps,
-        eval_steps=args.eval_steps, eval_data=args.eval_data, eval_batches=args.eval_batches, resume=args.resume,
-        nsp=not args.no_nsp, objective=args.objective, mask_mix=args.mask_mix, masking=args.masking,
-        phase2_data=args.phase2_data, phase2_fraction=args.phase2_fraction, device=args.device,
-        progress=args.progress,
+        time_budget=args.time_budget, batch_size=args.batch_size, grad_accum=args.grad_accum,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, dropout=args.dropout,
+        masked_lm_prob=args.masked_lm_prob, precision=args.precision, seed=args.seed,
+        logging_steps=args.logging_steps, save_steps=args.save_steps, eval_steps=args.eval_steps,
+        eval_data=args.eval_data, eval_batches=args.eval_batches, resume=args.resume, overwrite=args.overwrite,
+        nsp=False if args.no_nsp else None, objective=args.objective, mask_mix=args.mask_mix,
+        masking=args.masking, phase2_data=args.phase2_data, phase2_fraction=args.phase2_fraction,
+        init_from=args.init_from, device=args.device, progress=args.progress,
     )
     rank, _ = dist_info()
     if rank == 0:
         final = result.eval_history[-1] if result.eval_history else result.last_logs
         shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in final.items()}
         print(json.dumps({"global_step": result.global_step, "seq_per_s": round(result.sequences_per_second, 2),
-                          **shown}))
+                          "elapsed_s": round(result.elapsed_seconds, 1), **shown}))
     return 0
 
 

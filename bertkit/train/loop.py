@@ -1,9 +1,14 @@
 """The one training loop: pre-training and every fine-tuning task call `fit`.
 
 It owns device and precision, gradient accumulation, clipping, AdamW + linear schedule,
-metrics.jsonl, the progress bar, atomic checkpoints with exact resume, and DDP under torchrun.
-Data comes from a *batch source*: `num_batches(epoch)` and `batches(epoch, start)`, deterministic
-given its seed and the epoch, so a resumed run sees exactly the batches it would have seen.
+metrics.jsonl, the progress bar, atomic checkpoints with exact resume, DDP under torchrun, and
+wall-clock budgets. Data comes from a *batch source*: `num_batches(epoch)` and
+`batches(epoch, start)`, deterministic given its seed and the epoch, so a resumed run sees
+exactly the batches it would have seen.
+
+`fit` reads as the steps of a run: plan (`plan.py`), resume (`checkpoint.py`), then for every
+micro-batch `micro_batch`, for every group of them `optimizer_step`, with logging
+(`metrics_log.py`), evaluation and checkpoints at the planned steps.
 """
 
 from __future__ import annotations
@@ -13,22 +18,29 @@ import dataclasses
 import json
 import math
 import os
-import random
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
-import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm.auto import tqdm
 
 from ..device import autocast, pick_device, resolve_precision
 from ..errors import BertkitError
+from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_training_state, rng_state,
+                         set_rng_state, set_seed)
+from .metrics_log import MetricsLog, MetricsWindow
 from .optim import build_optimizer, linear_schedule
+from .plan import Calibration, Plan, plan_fixed, plan_for_budget
 
-STATE_NAME = "training_state.pt"
+# What marks a folder as holding a run (refused without resume / overwrite).
+RUN_MARKERS = ("metrics.jsonl", "train_summary.json", "model.safetensors")
 
 
 class BatchSource(Protocol):
@@ -40,12 +52,13 @@ class BatchSource(Protocol):
 @dataclasses.dataclass
 class Phase:
     """A stretch of training on one source (pre-training phase 1 at length 128, phase 2 at 512).
-    Give `steps` (optimizer steps) or `epochs`."""
+    Give `steps` (optimizer steps), `epochs`, or with a time budget `fraction` (of all steps)."""
 
     source: BatchSource
     steps: int | None = None
     epochs: float | None = None
     name: str = "train"
+    fraction: float | None = None
 
 
 @dataclasses.dataclass
@@ -68,6 +81,15 @@ class TrainArgs:
     progress: bool | None = None  # None: a bar when stderr is a terminal
     save_final_model: bool = True
     tokenizer: object = None  # saved beside every checkpoint when given
+    # Wall-clock budget in seconds: the step count is measured to fit it (see plan.py).
+    time_budget: float | None = None
+    clock_start: float | None = None  # time.time() when the run began (data loading counts)
+    eval_points: int = 10  # with a budget: evaluations spread over the run, the last at its end
+    save_points: int = 4  # with a budget: checkpoints spread over the run
+    # A folder that already holds a run: "refuse" (unless resuming) or "overwrite" it.
+    existing_output: str = "overwrite"
+    # What the run was started with (data, model, seed, schedule): a resumed run must match it.
+    identity: dict | None = None
 
 
 @dataclasses.dataclass
@@ -78,16 +100,13 @@ class TrainResult:
     last_logs: dict
     eval_history: list
     resumed_from: int | None = None
+    elapsed_seconds: float = 0.0  # wall-clock of the whole run, resumed segments added up
+    plan: Plan | None = None
+    stopped_early: bool = False  # a budgeted run that ran out of time before its last planned step
 
     @property
     def sequences_per_second(self) -> float:
         return self.sequences / max(self.train_seconds, 1e-9)
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def dist_info() -> tuple[int, int]:
@@ -95,333 +114,373 @@ def dist_info() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def _init_distributed(device: torch.device):
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-
-
-def _rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": _numpy_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _numpy_state():
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return [kind, keys.tolist(), pos, has_gauss, cached]  # plain types: loadable with weights_only
-
-
-def _set_rng_state(state: dict) -> None:
-    random.setstate(_as_tuple(state["python"]))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _as_tuple(x):
-    return tuple(_as_tuple(i) for i in x) if isinstance(x, (list, tuple)) else x
-
-
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint-N directory (complete = its training state was renamed in)."""
-    out = Path(output_dir)
-    found = []
-    for d in out.glob("checkpoint-*"):
-        suffix = d.name.split("-", 1)[1]
-        if suffix.isdigit() and (d / STATE_NAME).is_file():
-            found.append((int(suffix), d))
-    return max(found)[1] if found else None
-
-
-class _Logger:
-    """metrics.jsonl (+ TensorBoard when installed), written by rank 0 only."""
-
-    def __init__(self, output_dir: str | None, enabled: bool, resume_step: int | None):
-        self.path = Path(output_dir) / "metrics.jsonl" if output_dir and enabled else None
-        self.tb = None
-        if self.path is None:
-            return
-        if resume_step is not None and self.path.exists():
-            # Drop records written after the checkpoint we resume from: the resumed run rewrites them.
-            kept = [l for l in self.path.read_text().splitlines() if l and json.loads(l).get("step", 0) <= resume_step]
-            self.path.write_text("".join(l + "\n" for l in kept))
-        elif resume_step is None and self.path.exists():
-            self.path.unlink()
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(Path(output_dir) / "tensorboard"))
-        except ImportError:
-            pass
-
-    def write(self, record: dict) -> None:
-        if self.path is None:
-            return
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.tb is not None:
-            prefix = "eval/" if record.get("eval") else "train/"
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k not in ("step", "eval"):
-                    self.tb.add_scalar(prefix + k, v, record["step"])
-            self.tb.flush()
-
-
-def _to_device(batch: dict, device: torch.device) -> dict:
-    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
-
-
-def _scalar_outputs(out) -> dict[str, torch.Tensor]:
-    """The losses a model reports (loss, mlm_loss, nsp_loss, ...): averaged into the logs."""
-    return {k: v.detach() for k, v in out.items() if k.endswith("loss") and torch.is_tensor(v) and v.ndim == 0}
-
-
-def fit(
-    model: nn.Module,
-    phases: Phase | list[Phase],
-    args: TrainArgs,
-    evaluate: Callable[[nn.Module], dict] | None = None,
-    batch_metrics: Callable[[dict, dict], dict] | None = None,
-) -> TrainResult:
+def fit(model: nn.Module, phases: Phase | list[Phase], args: TrainArgs,
+        evaluate: Callable[[nn.Module], dict] | None = None,
+        batch_metrics: Callable[[dict, dict], dict] | None = None) -> TrainResult:
     """Train `model` through `phases`; the learning-rate schedule spans all of them.
 
     `evaluate(model) -> dict` runs every `eval_steps` and at the end (on rank 0, in eval mode).
     `batch_metrics(batch, outputs) -> {name: (correct, total)}` adds running accuracies to the logs.
     """
-    phases = [phases] if isinstance(phases, Phase) else list(phases)
-    rank, world = dist_info()
-    device = pick_device(args.device)
-    precision = resolve_precision(args.precision, device)
-    if world > 1:
-        _init_distributed(device)
-    is_main = rank == 0
-    out_dir = Path(args.output_dir) if args.output_dir else None
-    if out_dir is not None and is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    return Trainer(model, phases, args, evaluate, batch_metrics).run()
 
-    accum = max(1, args.grad_accum)
-    steps_per_phase = []
-    for ph in phases:
-        if ph.steps is not None:
-            steps_per_phase.append(int(ph.steps))
-        else:
+
+class Trainer:
+    def __init__(self, model, phases, args: TrainArgs, evaluate=None, batch_metrics=None):
+        self.model = model
+        self.phases = [phases] if isinstance(phases, Phase) else list(phases)
+        self.args = args
+        self.evaluate = evaluate
+        self.batch_metrics = batch_metrics
+        self.rank, self.world = dist_info()
+        self.is_main = self.rank == 0
+        self.device = pick_device(args.device)
+        self.precision = resolve_precision(args.precision, self.device)
+        self.accum = max(1, args.grad_accum)
+        self.clock_start = args.clock_start if args.clock_start is not None else time.time()
+        self.out_dir = Path(args.output_dir) if args.output_dir else None
+        self.checkpointer = Checkpointer(self.out_dir, args.save_total_limit, args.tokenizer) if self.out_dir else None
+        # Position in the data: phase, epoch, next micro-batch; global optimizer step.
+        self.position = {"phase": 0, "epoch": 0, "batch": 0}
+        self.global_step = 0
+        self.elapsed_before = 0.0  # wall-clock of earlier segments of a resumed run
+        self.train_seconds = 0.0
+        self.sequences = 0
+        self.eval_history: list[dict] = []
+        self.last_logs: dict = {}
+
+    # -- plan -------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.clock_start
+
+    def fixed_phase_steps(self) -> list[int]:
+        steps = []
+        for ph in self.phases:
+            if ph.steps is not None:
+                steps.append(int(ph.steps))
+                continue
             n = ph.source.num_batches(0)
             if n == 0:
                 raise BertkitError(f"phase {ph.name!r} has no batches (is the data set empty?)")
-            steps_per_phase.append(math.ceil(math.ceil(n / accum) * (ph.epochs or 1)))
-    total_steps = sum(steps_per_phase)
-    warmup = args.warmup_steps if args.warmup_steps is not None else int(args.warmup_ratio * total_steps)
+            steps.append(math.ceil(math.ceil(n / self.accum) * (ph.epochs or 1)))
+        return steps
 
-    set_seed(args.seed)
-    model.to(device)
-    optimizer = build_optimizer(model, args.learning_rate, args.weight_decay)
-    scheduler = linear_schedule(optimizer, warmup, total_steps)
+    def budget_fractions(self) -> list[float]:
+        fractions = [ph.fraction for ph in self.phases]
+        if len(self.phases) == 1 and fractions[0] is None:
+            return [1.0]
+        if any(f is None or f <= 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-6:
+            raise BertkitError("with a time budget every phase needs a fraction of the steps, summing to 1")
+        return fractions
 
-    # Position in the data: phase, epoch, next micro-batch; global optimizer step.
-    position = {"phase": 0, "epoch": 0, "batch": 0}
-    global_step = 0
-    resumed_from = None
-    if args.resume and out_dir is not None:
-        ckpt = latest_checkpoint(out_dir)
-        if ckpt is not None:
-            from ..hub import WEIGHTS_NAME, read_safetensors
-
-            model.load_checkpoint_state(read_safetensors(ckpt / WEIGHTS_NAME), source=str(ckpt))
-            state = torch.load(ckpt / STATE_NAME, map_location="cpu", weights_only=True)
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            position = state["position"]
-            global_step = resumed_from = state["global_step"]
-            _set_rng_state(state["rng"][rank] if isinstance(state["rng"], list) else state["rng"])
-            if is_main:
-                print(f"resuming from {ckpt} (step {global_step}/{total_steps})", file=sys.stderr)
-
-    train_model = model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        train_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-    logger = _Logger(str(out_dir) if out_dir else None, is_main, resumed_from)
-    show_bar = args.progress if args.progress is not None else sys.stderr.isatty()
-    bar = None
-    if is_main and show_bar:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total_steps, initial=global_step, desc=phases[position["phase"]].name,
-                   unit="step", dynamic_ncols=True)
-
-    sums: dict[str, float] = {}
-    counts: dict[str, list] = {}
-    window_seqs = window_tokens = 0
-    window_start = time.perf_counter()
-    train_seconds, total_seqs = 0.0, 0
-    eval_history: list = []
-    last_logs: dict = {}
-
-    def save_checkpoint():
-        if out_dir is None:
-            return
-        rngs = [_rng_state()]
-        if world > 1:
-            import torch.distributed as dist
-
-            rngs = [None] * world
-            dist.all_gather_object(rngs, _rng_state())
-        if not is_main:
-            return
-        final = out_dir / f"checkpoint-{global_step}"
-        tmp = out_dir / f".checkpoint-{global_step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, tokenizer=args.tokenizer)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "position": position, "global_step": global_step, "rng": rngs,
-                    "total_steps": total_steps}, tmp / STATE_NAME)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)  # atomic: the checkpoint appears complete or not at all
-        old = sorted((int(d.name.split("-")[1]), d) for d in out_dir.glob("checkpoint-*")
-                     if d.name.split("-")[1].isdigit())
-        for _, d in old[: max(0, len(old) - args.save_total_limit)]:
-            shutil.rmtree(d, ignore_errors=True)
-
-    def run_eval():
-        if evaluate is None or not is_main:
-            return
-        model.eval()
-        with torch.no_grad(), autocast(device, precision):
-            metrics = evaluate(model)
-        model.train()
-        record = {"step": global_step, "eval": True, **metrics}
-        eval_history.append(record)
-        logger.write(record)
-
-    model.train()
-    done = global_step >= total_steps
-    phase_end = np.cumsum(steps_per_phase).tolist()
-    while not done:
-        ph_idx = position["phase"]
-        phase = phases[ph_idx]
-        epoch = position["epoch"]
-        n = phase.source.num_batches(epoch)
-        if n == 0:
-            raise BertkitError(f"phase {phase.name!r} has no batches (is the data set empty?)")
-        if bar is not None:
-            bar.set_description(phase.name)
-        t0 = time.perf_counter()
-        micro = position["batch"]
-        for batch in phase.source.batches(epoch, start=micro):
-            group_start = (micro // accum) * accum
-            group_len = min(accum, n - group_start)
-            last_in_group = micro == group_start + group_len - 1
-            batch = _to_device(batch, device)
-            sync = contextlib.nullcontext() if (last_in_group or world == 1) else train_model.no_sync()
-            with sync:
-                with autocast(device, precision):
-                    out = train_model(**batch)
-                (out["loss"] / group_len).backward()
-            for k, v in _scalar_outputs(out).items():
-                sums[k] = sums.get(k, 0.0) + float(v)
-                counts.setdefault(k + "_n", [0])[0] += 1
-            if batch_metrics is not None:
-                with torch.no_grad():
-                    for k, (correct, total) in batch_metrics(batch, out).items():
-                        c = counts.setdefault(k, [0, 0])
-                        c[0] += float(correct)
-                        c[1] += float(total)
-            n_seq = int(batch["input_ids"].shape[0])
-            window_seqs += n_seq * world
-            total_seqs += n_seq * world
-            if "attention_mask" in batch:
-                window_tokens += int(batch["attention_mask"].sum()) * world
-            micro += 1
-            if not last_in_group:
-                continue
-
-            if args.max_grad_norm and args.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm))
-            else:
-                grad_norm = float("nan")
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            global_step += 1
-            position = {"phase": ph_idx, "epoch": epoch, "batch": micro}
-            if micro >= n:
-                position = {"phase": ph_idx, "epoch": epoch + 1, "batch": 0}
-            if global_step >= phase_end[ph_idx]:
-                position = {"phase": ph_idx + 1, "epoch": 0, "batch": 0}
-            if bar is not None:
-                bar.update(1)
-
-            if global_step % max(1, args.logging_steps) == 0 or global_step == total_steps:
-                elapsed = time.perf_counter() - window_start
-                record = {"step": global_step, "phase": phase.name, "epoch": epoch}
-                for k, v in sums.items():
-                    record[k] = v / max(1, counts[k + "_n"][0])
-                for k, c in counts.items():
-                    if not k.endswith("_n"):
-                        record[k] = c[0] / max(1.0, c[1])
-                record.update(learning_rate=scheduler.get_last_lr()[0], grad_norm=grad_norm,
-                              seq_per_s=window_seqs / max(elapsed, 1e-9),
-                              tokens_per_s=window_tokens / max(elapsed, 1e-9))
-                if world > 1:
-                    record = _average_across_ranks(record)
-                if is_main:
-                    logger.write(record)
-                last_logs = record
-                if bar is not None:
-                    bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}",
-                                    seq_s=f"{record['seq_per_s']:.1f}")
-                elif is_main and out_dir is not None:
-                    print(f"step {global_step}/{total_steps} loss {record.get('loss', float('nan')):.4f} "
-                          f"lr {record['learning_rate']:.2e} {record['seq_per_s']:.1f} seq/s", file=sys.stderr)
-                sums.clear()
-                counts.clear()
-                window_seqs = window_tokens = 0
-                window_start = time.perf_counter()
-            if args.eval_steps and global_step % args.eval_steps == 0 and global_step < total_steps:
-                train_seconds += time.perf_counter() - t0
-                run_eval()
-                t0 = time.perf_counter()
-            if args.save_steps and global_step % args.save_steps == 0 and global_step < total_steps:
-                train_seconds += time.perf_counter() - t0
-                save_checkpoint()
-                t0 = time.perf_counter()
-            if global_step >= total_steps or position["phase"] != ph_idx or position["batch"] == 0:
-                break
+    # -- run --------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        args = self.args
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+        self.prepare_output()
+        set_seed(args.seed)
+        self.model.to(self.device)
+        self.train_model = self.model
+        if self.world > 1:
+            self.train_model = DistributedDataParallel(
+                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.optimizer = build_optimizer(self.model, args.learning_rate, args.weight_decay)
+        checkpoint = latest_checkpoint(self.out_dir) if args.resume and self.out_dir else None
+        state = read_training_state(checkpoint) if checkpoint else None
+        if state is not None and state.get("plan") is not None:
+            self.plan = Plan.from_dict(state["plan"])
+        elif args.time_budget:
+            self.plan = self.calibrate_and_plan()
+            if self.world > 1:  # every rank follows rank 0's measurement
+                shared = [self.plan]
+                dist.broadcast_object_list(shared, src=0)
+                self.plan = shared[0]
         else:
-            # The source yielded fewer batches than num_batches() promised: drop the partial group.
-            optimizer.zero_grad(set_to_none=True)
-            position = {"phase": ph_idx, "epoch": epoch + 1, "batch": 0}
-        train_seconds += time.perf_counter() - t0
-        done = global_step >= total_steps
+            self.plan = plan_fixed(self.fixed_phase_steps(), args.warmup_steps, args.warmup_ratio,
+                                   args.eval_steps, args.save_steps)
+        self.scheduler = linear_schedule(self.optimizer, self.plan.warmup_steps, self.plan.total_steps)
+        resumed_from = self.resume(checkpoint, state) if state is not None else None
+        self.log = MetricsLog(self.out_dir, self.is_main, resumed_from)
+        if self.eval_history and resumed_from is None:
+            for record in self.eval_history:  # the step-0 evaluation made while calibrating
+                self.log.write(record)
+        stopped_early = self.train_all_phases()
+        self.run_eval()
+        if self.out_dir is not None and self.is_main and args.save_final_model:
+            self.model.save_pretrained(self.out_dir, tokenizer=args.tokenizer)
+        self.write_summary(stopped_early)
+        return TrainResult(self.global_step, self.train_seconds, self.sequences, self.last_logs, self.eval_history,
+                           resumed_from, self.elapsed(), self.plan, stopped_early)
 
-    if bar is not None:
-        bar.close()
-    run_eval()
-    if out_dir is not None and is_main and args.save_final_model:
-        model.save_pretrained(out_dir, tokenizer=args.tokenizer)
-    if out_dir is not None and is_main:
-        (out_dir / "train_summary.json").write_text(json.dumps({
-            "global_step": global_step, "train_seconds": train_seconds, "sequences": total_seqs,
-            "sequences_per_second": total_seqs / max(train_seconds, 1e-9), "precision": precision,
-            "device": str(device), "world_size": world, "total_steps": total_steps,
-        }, indent=2) + "\n")
-    return TrainResult(global_step, train_seconds, total_seqs, last_logs, eval_history, resumed_from)
+    def prepare_output(self) -> None:
+        if self.out_dir is None or not self.is_main:
+            return
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise BertkitError("output path exists and is not a directory", path=str(self.out_dir))
+        holds_run = any((self.out_dir / m).exists() for m in RUN_MARKERS) or any(self.out_dir.glob("checkpoint-*"))
+        if holds_run and not self.args.resume:
+            if self.args.existing_output == "refuse":
+                raise BertkitError("output folder already holds a run; pass --resume to continue it or "
+                                   "--overwrite to replace it", path=str(self.out_dir))
+            for d in self.out_dir.glob("checkpoint-*"):  # never resume into another run's checkpoints later
+                shutil.rmtree(d, ignore_errors=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def calibrate_and_plan(self) -> Plan:
+        """Measure a step of every phase, one evaluation and one checkpoint, then fit the budget."""
+        args = self.args
+        fractions = self.budget_fractions()
+        started = time.time()
+        saved_lr = [g["lr"] for g in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group["lr"] = 0.0  # measuring steps: real work, no change to the weights
+        per_step, measured = [], []
+        # Each phase gets ~1.5% of the budget (its share of it), at least 4 steps after 2 warm-up steps.
+        for phase, fraction in zip(self.phases, fractions):
+            times, target = [], 0.015 * args.time_budget * fraction
+            for i, group in enumerate(self.groups_of(phase.source, 0, 0)):
+                t0 = time.perf_counter()
+                self.step_on(group)
+                if i >= 2:
+                    times.append(time.perf_counter() - t0)
+                if len(times) >= 4 and (sum(times) >= target or len(times) >= 200):
+                    break
+            if not times:
+                raise BertkitError(f"phase {phase.name!r} has too few batches to measure a step")
+            times.sort()
+            per_step.append(times[len(times) // 2])
+            measured.append(len(times) + 2)
+        for group, lr in zip(self.optimizer.param_groups, saved_lr):
+            group["lr"] = lr
+        t0 = time.perf_counter()
+        self.run_eval()
+        eval_seconds = time.perf_counter() - t0 if self.evaluate is not None else 0.0
+        save_seconds = 0.0
+        if self.out_dir is not None and self.is_main:
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory(dir=self.out_dir) as tmp:
+                Checkpointer(Path(tmp), 1, self.args.tokenizer).save(self.model, 0, self.training_state())
+            save_seconds = time.perf_counter() - t0
+        calibration = Calibration(per_step, eval_seconds, save_seconds, time.time() - started, measured)
+        plan = plan_for_budget(args.time_budget, self.elapsed(), fractions, calibration, args.warmup_ratio,
+                               args.eval_points if self.evaluate is not None else 1,
+                               args.save_points if self.out_dir is not None else 0,
+                               margin=min(30.0, 0.01 * args.time_budget))
+        if self.is_main:
+            print(f"time budget {args.time_budget:.0f} s: {plan.total_steps} steps "
+                  f"({', '.join(f'{t:.3f}' for t in per_step)} s/step measured, {self.elapsed():.0f} s used so far)",
+                  file=sys.stderr)
+        return plan
+
+    def resume(self, checkpoint: Path, state: dict) -> int:
+        expected = self.args.identity
+        recorded = state.get("identity")
+        if expected is not None and recorded is not None:
+            differ = [k for k in sorted(set(expected) | set(recorded)) if expected.get(k) != recorded.get(k)]
+            if differ:
+                shown = "; ".join(f"{k}: checkpoint {recorded.get(k)!r}, now {expected.get(k)!r}" for k in differ)
+                raise BertkitError(f"--resume: the checkpoint belongs to another run ({shown})", path=str(checkpoint))
+        if state["global_step"] > self.plan.total_steps:
+            raise BertkitError(f"--resume: the checkpoint is at step {state['global_step']}, beyond this run's "
+                               f"{self.plan.total_steps} steps", path=str(checkpoint))
+        Checkpointer.load_weights(self.model, checkpoint)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.position = state["position"]
+        self.global_step = state["global_step"]
+        self.elapsed_before = float(state.get("elapsed", 0.0))
+        rng = state["rng"]
+        set_rng_state(rng[self.rank] if isinstance(rng, list) else rng)
+        if self.is_main:
+            print(f"resuming from {checkpoint} (step {self.global_step}/{self.plan.total_steps})", file=sys.stderr)
+        return self.global_step
+
+    # -- the steps of training -----------------------------------------------------------------
+    def groups_of(self, source: BatchSource, epoch: int, start: int) -> Iterator[list[dict]]:
+        """Micro-batches from `start`, grouped into the accumulation groups of one optimizer step."""
+        n = source.num_batches(epoch)
+        group: list[dict] = []
+        micro = start
+        for batch in source.batches(epoch, start=start):
+            group.append(batch)
+            micro += 1
+            group_start = ((micro - 1) // self.accum) * self.accum
+            if micro == min(group_start + self.accum, n):
+                yield group
+                group = []
+        # A source that yields fewer batches than num_batches() promised: the partial group is dropped.
+
+    def micro_batch(self, batch: dict, group_len: int, sync: bool):
+        batch = {k: (v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        context = contextlib.nullcontext() if (sync or self.world == 1) else self.train_model.no_sync()
+        with context:
+            with autocast(self.device, self.precision):
+                out = self.train_model(**batch)
+            (out["loss"] / group_len).backward()
+        return batch, out
+
+    def optimizer_step(self) -> float:
+        grad_norm = float("nan")
+        if self.args.max_grad_norm and self.args.max_grad_norm > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    def step_on(self, group: list[dict], window: MetricsWindow | None = None) -> float:
+        """One optimizer step over a group of micro-batches."""
+        for i, batch in enumerate(group):
+            batch, out = self.micro_batch(batch, len(group), sync=i == len(group) - 1)
+            if window is not None:
+                window.add_losses(out)
+                window.add_batch(batch, self.world)
+                if self.batch_metrics is not None:
+                    with torch.no_grad():
+                        window.add_hits(self.batch_metrics(batch, out))
+                self.sequences += int(batch["input_ids"].shape[0]) * self.world
+        return self.optimizer_step()
+
+    def train_all_phases(self) -> bool:
+        """Train to the end of the plan; True when a budgeted run had to stop early."""
+        self.model.train()
+        window = MetricsWindow()
+        ends = self.plan.phase_ends()
+        total = self.plan.total_steps
+        bar = None
+        if self.is_main and (self.args.progress if self.args.progress is not None else sys.stderr.isatty()):
+            bar = tqdm(total=total, initial=self.global_step, unit="step", dynamic_ncols=True)
+        try:
+            while self.global_step < total:
+                ph_idx, epoch, start = self.position["phase"], self.position["epoch"], self.position["batch"]
+                phase = self.phases[ph_idx]
+                n = phase.source.num_batches(epoch)
+                if n == 0:
+                    raise BertkitError(f"phase {phase.name!r} has no batches (is the data set empty?)")
+                if bar is not None:
+                    bar.set_description(phase.name)
+                t0 = time.perf_counter()
+                micro = start
+                for group in self.groups_of(phase.source, epoch, start):
+                    grad_norm = self.step_on(group, window)
+                    self.scheduler.step()
+                    self.global_step += 1
+                    micro += len(group)
+                    self.position = {"phase": ph_idx, "epoch": epoch, "batch": micro}
+                    if micro >= n:
+                        self.position = {"phase": ph_idx, "epoch": epoch + 1, "batch": 0}
+                    if self.global_step >= ends[ph_idx]:
+                        self.position = {"phase": ph_idx + 1, "epoch": 0, "batch": 0}
+                    if bar is not None:
+                        bar.update(1)
+                    if self.global_step % max(1, self.args.logging_steps) == 0 or self.global_step == total:
+                        self.log_window(window, phase.name, epoch, grad_norm, bar)
+                    pause = time.perf_counter()
+                    self.train_seconds += pause - t0
+                    if self.out_of_time():
+                        return True
+                    if self.plan.eval_steps and self.global_step % self.plan.eval_steps == 0 \
+                            and self.global_step < total:
+                        self.run_eval()
+                    if self.plan.save_steps and self.global_step % self.plan.save_steps == 0 \
+                            and self.global_step < total:
+                        self.save_checkpoint()
+                    t0 = time.perf_counter()
+                    if self.global_step >= total or self.position["phase"] != ph_idx or self.position["batch"] == 0:
+                        break
+                else:  # the source yielded fewer batches than it promised: on to the next epoch
+                    self.position = {"phase": ph_idx, "epoch": epoch + 1, "batch": 0}
+        finally:
+            if bar is not None:
+                bar.close()
+        return False
+
+    def out_of_time(self) -> bool:
+        """A budgeted run stops when finishing (evaluation + final save) would pass budget + 45 s:
+        the machine ran slower than it measured at the start."""
+        plan = self.plan
+        if not plan.time_budget or plan.calibration is None:
+            return False
+        finish = plan.calibration.eval_seconds + plan.calibration.save_seconds
+        if self.elapsed() + finish <= plan.time_budget + 45:
+            return False
+        if self.is_main:
+            print(f"time budget reached at step {self.global_step} of {plan.total_steps}: this machine ran "
+                  "slower than measured at the start; stopping with the learning rate above zero", file=sys.stderr)
+        return True
+
+    # -- logging, evaluation, checkpoints ----------------------------------------------------------
+    def log_window(self, window: MetricsWindow, phase: str, epoch: int, grad_norm: float, bar) -> None:
+        record = {"step": self.global_step, "phase": phase, "epoch": epoch, **window.summary(),
+                  "learning_rate": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+                  "elapsed_s": round(self.elapsed(), 3)}
+        if self.world > 1:
+            record = average_across_ranks(record)
+        if self.is_main:
+            self.log.write(record)
+        self.last_logs = record
+        if bar is not None:
+            bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", seq_s=f"{record['seq_per_s']:.1f}")
+        elif self.is_main and self.out_dir is not None:
+            print(f"step {self.global_step}/{self.plan.total_steps} loss {record.get('loss', float('nan')):.4f} "
+                  f"lr {record['learning_rate']:.2e} {record['seq_per_s']:.1f} seq/s", file=sys.stderr)
+        window.reset()
+
+    def run_eval(self) -> None:
+        if self.evaluate is None or not self.is_main:
+            return
+        self.model.eval()
+        with torch.no_grad(), autocast(self.device, self.precision):
+            metrics = self.evaluate(self.model)
+        self.model.train()
+        record = {"step": self.global_step, "eval": True, **metrics, "elapsed_s": round(self.elapsed(), 3)}
+        self.eval_history.append(record)
+        if hasattr(self, "log"):
+            self.log.write(record)
+
+    def training_state(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if hasattr(self, "scheduler") else None,
+                "position": self.position, "global_step": self.global_step, "rng": [rng_state()],
+                "total_steps": self.plan.total_steps if hasattr(self, "plan") else None,
+                "plan": self.plan.to_dict() if hasattr(self, "plan") else None,
+                "elapsed": self.elapsed(), "identity": self.args.identity}
+
+    def save_checkpoint(self) -> None:
+        if self.checkpointer is None:
+            return
+        state = self.training_state()
+        if self.world > 1:
+            rngs = [None] * self.world
+            dist.all_gather_object(rngs, rng_state())
+            state["rng"] = rngs
+        if self.is_main:
+            self.checkpointer.save(self.model, self.global_step, state)
+
+    def write_summary(self, stopped_early: bool) -> None:
+        if self.out_dir is None or not self.is_main:
+            return
+        plan = self.plan
+        summary = {"global_step": self.global_step, "train_seconds": self.train_seconds, "sequences": self.sequences,
+                   "sequences_per_second": self.sequences / max(self.train_seconds, 1e-9),
+                   "elapsed_seconds": self.elapsed(), "precision": self.precision, "device": str(self.device),
+                   "world_size": self.world, "total_steps": plan.total_steps}
+        if plan.time_budget:
+            summary.update(time_budget_seconds=plan.time_budget, stopped_early=stopped_early,
+                           calibration=dataclasses.asdict(plan.calibration))
+        (self.out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
-def _average_across_ranks(record: dict) -> dict:
-    import torch.distributed as dist
-
-    keys = [k for k, v in record.items() if isinstance(v, float) and k not in ("learning_rate", "seq_per_s", "tokens_per_s")]
+def average_across_ranks(record: dict) -> dict:
+    keys = [k for k, v in record.items()
+            if isinstance(v, float) and k not in ("learning_rate", "seq_per_s", "tokens_per_s", "elapsed_s")]
     t = torch.tensor([record[k] for k in keys], dtype=torch.float64)
     dist.all_reduce(t)
     world = dist.get_world_size()
     return {**record, **{k: float(v) / world for k, v in zip(keys, t)}}
+
+
+__all__ = ["BatchSource", "Phase", "TrainArgs", "TrainResult", "Trainer", "fit", "dist_info", "latest_checkpoint",
+           "set_seed", "STATE_NAME"]

@@ -1,0 +1,111 @@
+"""Pre-training hyper-parameters: the paper's (Devlin et al. 2019, §3.1 and appendix A.2) and,
+for a wall-clock budget, the ones that measured best for that budget on a 2-core CPU.
+
+`resolve_recipe(given, time_budget)` fills every setting the user did not give. Without a
+budget the defaults are the paper's; with one they come from the `BUDGET_RECIPES` row for the
+budget, and every difference from the paper is listed (`deviations`), so that the run's
+config.json and the reproduction report can name them.
+
+The budget rows were chosen by measurement (benchmarks/pretrain_budget.py; table and lever
+ablations in benchmarks/results/pretraining_budget.md). What they change, and why:
+- a smaller model for a shorter budget: at 15 minutes on 2 cores a 4-layer, 256-wide model sees
+  several times more text than BERT-BASE's shape would, and that matters more than depth;
+- no dropout while pre-training (Cramming): at this data size nothing is seen often enough
+  to overfit, and dropout slows learning; the saved config carries the paper's 0.1 for
+  fine-tuning;
+- a higher peak learning rate with a short warm-up and linear decay to zero at the budget's
+  end (Izsak et al. 2021);
+- a smaller batch (more updates in the budget);
+- NSP stays on (the paper's objective), so does sequence length 128.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import BertkitError
+
+
+@dataclasses.dataclass
+class Recipe:
+    model_config: str = "base"
+    batch_size: int = 256
+    learning_rate: float = 1e-4
+    warmup_steps: int | None = 10000
+    warmup_ratio: float = 0.0
+    max_steps: int | None = 1_000_000
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    dropout: float = 0.1  # hidden and attention dropout while pre-training
+    masked_lm_prob: float | None = None  # None: the data's own (15% in the paper)
+    nsp: bool = True
+
+
+PAPER = Recipe()
+# Without a budget: the paper's optimizer and schedule on a model and step count that fit a CPU
+# (what `bertkit pretrain` has always defaulted to).
+NO_BUDGET_DEFAULT = dataclasses.replace(PAPER, model_config="mini", max_steps=1000)
+
+# Upper bound of the budget in seconds -> recipe. The first row whose bound is >= the budget is used.
+BUDGET_RECIPES: list[tuple[float, Recipe]] = [
+    (20 * 60, Recipe(model_config="mini", batch_size=64, learning_rate=1e-3, warmup_steps=None, warmup_ratio=0.06,
+                     max_steps=None, dropout=0.0)),
+    (2 * 3600, Recipe(model_config="mini", batch_size=128, learning_rate=1e-3, warmup_steps=None, warmup_ratio=0.06,
+                      max_steps=None, dropout=0.0)),
+    (float("inf"), Recipe(model_config="small", batch_size=128, learning_rate=7e-4, warmup_steps=None,
+                          warmup_ratio=0.06, max_steps=None, dropout=0.0)),
+]
+
+
+def recipe_for_budget(seconds: float | None) -> Recipe:
+    if not seconds:
+        return NO_BUDGET_DEFAULT
+    for bound, recipe in BUDGET_RECIPES:
+        if seconds <= bound:
+            return recipe
+    raise AssertionError("the last row has no bound")
+
+
+def resolve_recipe(given: dict, time_budget: float | None) -> tuple[Recipe, list[str]]:
+    """The recipe with the user's explicit settings (non-None values of `given`) on top, and the
+    list of its deviations from the paper's settings."""
+    base = recipe_for_budget(time_budget)
+    unknown = set(given) - {f.name for f in dataclasses.fields(Recipe)}
+    if unknown:
+        raise BertkitError(f"unknown pre-training settings: {', '.join(sorted(unknown))}")
+    recipe = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
+    if time_budget:
+        recipe = dataclasses.replace(recipe, max_steps=None)  # the budget sets the step count
+        if recipe.warmup_steps is not None and given.get("warmup_steps") is None:
+            recipe = dataclasses.replace(recipe, warmup_steps=None)
+    return recipe, deviations_from_paper(recipe, time_budget)
+
+
+def deviations_from_paper(recipe: Recipe, time_budget: float | None) -> list[str]:
+    out = []
+    if time_budget:
+        out.append(f"steps set by a wall-clock budget of {time_budget:.0f} s, learning rate decays to zero at its "
+                   "end (paper: 1,000,000 steps)")
+    if recipe.model_config != PAPER.model_config:
+        out.append(f"model {recipe.model_config} (paper: BERT-BASE)")
+    if recipe.batch_size != PAPER.batch_size:
+        out.append(f"batch {recipe.batch_size} sequences (paper: 256)")
+    if recipe.learning_rate != PAPER.learning_rate:
+        out.append(f"peak learning rate {recipe.learning_rate:g} (paper: 1e-4)")
+    if recipe.warmup_steps is None:
+        out.append(f"warm-up {recipe.warmup_ratio:.0%} of the steps (paper: 10,000 steps)")
+    elif recipe.warmup_steps != PAPER.warmup_steps:
+        out.append(f"warm-up {recipe.warmup_steps} steps (paper: 10,000)")
+    if recipe.dropout != PAPER.dropout:
+        out.append(f"dropout {recipe.dropout:g} while pre-training (paper: 0.1; the saved config keeps 0.1 for "
+                   "fine-tuning)")
+    if recipe.masked_lm_prob is not None and recipe.masked_lm_prob != 0.15:
+        out.append(f"masking rate {recipe.masked_lm_prob:.0%} (paper: 15%)")
+    if recipe.weight_decay != PAPER.weight_decay:
+        out.append(f"weight decay {recipe.weight_decay:g} (paper: 0.01)")
+    if not recipe.nsp:
+        out.append("no next-sentence prediction (paper: MLM + NSP)")
+    return out
+
+
+__all__ = ["Recipe", "PAPER", "NO_BUDGET_DEFAULT", "BUDGET_RECIPES", "recipe_for_budget", "resolve_recipe", "deviations_from_paper"]

@@ -1,0 +1,111 @@
+"""How many optimizer steps a run takes, and when it evaluates and saves: its plan.
+
+A plan comes from fixed step or epoch counts, or from a wall-clock budget. A budgeted run
+first measures what a step of each phase, a held-out evaluation and a checkpoint cost on this
+machine (`Calibration`; the measuring steps run at learning rate 0, so the weights do not move),
+then turns the budget into a step count (`plan_for_budget`). The plan is recorded in every
+checkpoint: a resumed run follows the recorded plan, so its schedule is the one the interrupted
+run would have followed (Izsak et al. 2021 tie the schedule to the budget the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+from ..errors import BertkitError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str | float | int) -> float:
+    """'90s', '15m', '1.5h', '1h30m' or a number of seconds -> seconds (> 0)."""
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        s = str(text).strip().lower()
+        parts = re.fullmatch(r"((?:\d+(?:\.\d*)?|\.\d+)[smh]?)+", s) and re.findall(r"(\d+(?:\.\d*)?|\.\d+)([smh]?)", s)
+        if not parts:
+            raise BertkitError(f"time budget {text!r} is not a duration such as 900, 15m, 1h or 1h30m")
+        seconds = sum(float(number) * _UNITS[unit or "s"] for number, unit in parts)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise BertkitError(f"time budget must be positive, not {text!r}")
+    return seconds
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Measured costs in seconds: an optimizer step of each phase, one evaluation, one checkpoint."""
+
+    seconds_per_step: list[float]
+    eval_seconds: float
+    save_seconds: float
+    calibration_seconds: float  # wall-clock spent measuring (part of the budget)
+    steps_measured: list[int]
+
+
+@dataclasses.dataclass
+class Plan:
+    steps_per_phase: list[int]
+    warmup_steps: int
+    eval_steps: int = 0
+    save_steps: int = 0
+    time_budget: float | None = None  # seconds, when the plan came from a budget
+    calibration: Calibration | None = None
+
+    @property
+    def total_steps(self) -> int:
+        return sum(self.steps_per_phase)
+
+    def phase_ends(self) -> list[int]:
+        ends, total = [], 0
+        for steps in self.steps_per_phase:
+            total += steps
+            ends.append(total)
+        return ends
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        d = dict(d)
+        if d.get("calibration") is not None:
+            d["calibration"] = Calibration(**d["calibration"])
+        return cls(**d)
+
+
+def plan_fixed(phase_steps: list[int], warmup_steps: int | None, warmup_ratio: float, eval_steps: int,
+               save_steps: int) -> Plan:
+    total = sum(phase_steps)
+    warmup = warmup_steps if warmup_steps is not None else int(warmup_ratio * total)
+    return Plan(list(phase_steps), warmup, eval_steps, save_steps)
+
+
+def plan_for_budget(budget: float, elapsed: float, fractions: list[float], calibration: Calibration,
+                    warmup_ratio: float, eval_points: int, save_points: int, margin: float) -> Plan:
+    """The most steps that fit in what is left of `budget` after `elapsed` seconds.
+
+    Phase i takes `fractions[i]` of the steps. What else the run will do inside the budget is
+    paid for first: `eval_points` evaluations (the last one after the final step), `save_points`
+    checkpoints plus the final model, and a safety `margin`.
+    """
+    left = budget - elapsed - margin - eval_points * calibration.eval_seconds \
+        - (save_points + 1) * calibration.save_seconds
+    per_step = sum(f * t for f, t in zip(fractions, calibration.seconds_per_step))
+    total = int(left / per_step) if per_step > 0 else 0
+    if total < 1:
+        raise BertkitError(
+            f"the time budget of {budget:.0f} s leaves no time to train: a step takes {per_step:.2f} s and "
+            f"{elapsed:.0f} s went to loading and measuring; give a larger --time-budget or a smaller model")
+    steps = [max(1, round(total * f)) for f in fractions]
+    steps[0] = max(1, total - sum(steps[1:]))
+    total = sum(steps)
+    return Plan(steps, warmup_steps=int(round(warmup_ratio * total)),
+                eval_steps=max(1, math.ceil(total / eval_points)) if eval_points > 1 else 0,
+                save_steps=max(1, math.ceil(total / (save_points + 1))) if save_points else 0,
+                time_budget=budget, calibration=calibration)
+
+
+__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget"]
