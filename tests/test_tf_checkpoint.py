@@ -175,6 +175,21 @@ def test_real_uncased_vocabulary_is_inferred_uncased(uncased_vocab):
     assert infer_do_lower_case(uncased_vocab) is True
 
 
+@pytest.mark.slow
+def test_task_commands_take_an_original_folder(data_dir, tmp_path, capsys):
+    """`finetune` and `predict` read a TF folder as they read a converted one (tiny model, real data)."""
+    rc = main(["finetune", "glue", "--task", "rte", "--model", str(PRETRAINED), "--data-dir", str(data_dir),
+               "--output", str(tmp_path / "rte"), "--max-train-examples", "16", "--epochs", "1",
+               "--batch-size", "8", "--learning-rate", "2e-5", "--max-seq-length", "32"])
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / "rte" / "RTE" / "model" / "model.safetensors").is_file()
+    rc = main(["predict", "squad", "--model", str(SQUAD), "--data-file", str(data_dir / "squad" / "dev-v1.1.json"),
+               "--max-examples", "8", "--max-seq-length", "32", "--doc-stride", "8", "--max-query-length", "8",
+               "--output", str(tmp_path / "squad")])
+    assert rc == 0, capsys.readouterr().err
+    assert len(json.loads((tmp_path / "squad" / "predictions.json").read_text())) == 8
+
+
 # ----------------------------------------------------------------------------- bad checkpoints
 
 @pytest.fixture
