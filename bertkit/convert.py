@@ -33,9 +33,11 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: s
     if not vocab_file.is_file():
         raise BertkitError("vocab.txt not found (the original model's vocabulary: pass it with --vocab)",
                            path=vocab_file)
+    tokenizer = BertTokenizer(vocab_file, do_lower_case=do_lower_case is not False)  # reads and checks the file
     if do_lower_case is None:
-        do_lower_case = infer_do_lower_case(vocab_file)
-    tokenizer = BertTokenizer(vocab_file, do_lower_case=do_lower_case)
+        do_lower_case = infer_do_lower_case(tokenizer.ids_to_tokens)
+        if not do_lower_case:
+            tokenizer = BertTokenizer(vocab_file, do_lower_case=False)
     if tokenizer.vocab_size > config.vocab_size:
         raise BertkitError(f"the vocabulary has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                            f"{config.vocab_size} (is this the model's vocab.txt?)", path=vocab_file)

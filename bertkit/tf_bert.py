@@ -166,6 +166,9 @@ class OriginalCheckpoint:
                 unknown.append(tf_name)
             else:
                 names[tf_name] = mapped
+        if "_CHECKPOINTABLE_OBJECT_GRAPH" in bundle.entries:
+            raise BertkitError("a TensorFlow 2 object-based checkpoint (Keras / tf.train.Checkpoint), not the "
+                               "original release's variable layout", path=bundle.index_path)
         if unknown:
             raise BertkitError(f"unknown variable {unknown[0]}"
                                + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
@@ -201,10 +204,9 @@ class OriginalCheckpoint:
         return state
 
 
-def infer_do_lower_case(vocab_file: str | Path) -> bool:
+def infer_do_lower_case(vocabulary: list[str]) -> bool:
     """Uncased vocabularies were built from lower-cased text: no token but [CLS]-style specials has a
     capital letter, while a cased one has capitalised words throughout."""
-    tokens = [t for t in Path(vocab_file).read_text(encoding="utf-8").splitlines()
-              if t and not (t.startswith("[") and t.endswith("]"))]
+    tokens = [t for t in vocabulary if t and not (t.startswith("[") and t.endswith("]"))]
     capitalised = sum(any(ch.isupper() for ch in token) for token in tokens)
     return capitalised <= 0.01 * len(tokens)

@@ -93,6 +93,15 @@ def proto_fields(buf: bytes) -> list[tuple[int, int | bytes]]:
     return fields
 
 
+def value_of(message: bytes, number: int, default: int = 0) -> int:
+    """The last value of field `number` (protobuf's rule for repeated scalars), else the default."""
+    found = default
+    for n, value in proto_fields(message):
+        if n == number:
+            found = value
+    return found
+
+
 @dataclass(frozen=True)
 class BundleEntry:
     """Where one tensor lies (BundleEntryProto in tensorflow/core/protobuf/tensor_bundle.proto)."""
@@ -128,15 +137,6 @@ class BundleEntry:
         for d in self.shape:
             n *= d
         return n
-
-
-def value_of(message: bytes, number: int, default: int = 0) -> int:
-    """The last value of field `number` (protobuf's rule for repeated scalars), else the default."""
-    found = default
-    for n, value in proto_fields(message):
-        if n == number:
-            found = value
-    return found
 
 
 # ---------------------------------------------------------------------------- SSTable

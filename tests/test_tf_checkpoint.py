@@ -162,17 +162,23 @@ def test_pretrained_folder_starts_a_fine_tuning_model():
 
 
 def test_do_lower_case_from_the_vocabulary_or_a_flag(tmp_path, capsys):
-    assert infer_do_lower_case(PRETRAINED / "vocab.txt") is True
-    cased = tmp_path / "vocab.txt"
-    cased.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nThe\nthe\nParis\n##s\nHe\nshe\n")
-    assert infer_do_lower_case(cased) is False
+    assert infer_do_lower_case((PRETRAINED / "vocab.txt").read_text().splitlines()) is True
+    assert infer_do_lower_case(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "The", "the", "Paris", "##s"]) is False
     rc, err = convert(capsys, "--from-tf", PRETRAINED / "bert_model.ckpt", "--output", tmp_path / "out", "--cased")
     assert rc == 0, err
     assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["do_lower_case"] is False
 
+    cased = tmp_path / "cased"
+    shutil.copytree(PRETRAINED, cased)
+    vocab = (cased / "vocab.txt").read_text().splitlines()
+    (cased / "vocab.txt").write_text("".join((t.capitalize() if t.isalpha() else t) + "\n" for t in vocab))
+    rc, err = convert(capsys, "--from-tf", cased, "--output", tmp_path / "cased-out")
+    assert rc == 0 and "do_lower_case=false" in err, err
+    assert json.loads((tmp_path / "cased-out" / "tokenizer_config.json").read_text())["do_lower_case"] is False
+
 
 def test_real_uncased_vocabulary_is_inferred_uncased(uncased_vocab):
-    assert infer_do_lower_case(uncased_vocab) is True
+    assert infer_do_lower_case(uncased_vocab.read_text(encoding="utf-8").splitlines()) is True
 
 
 @pytest.mark.slow
