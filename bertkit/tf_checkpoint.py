@@ -16,6 +16,7 @@ Every CRC is checked: a damaged file is a one-line error, never silently wrong w
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,27 +117,20 @@ class BundleEntry:
 
     @classmethod
     def parse(cls, buf: bytes) -> "BundleEntry":
+        scalars = {1: "dtype", 3: "shard_id", 4: "offset", 5: "size", 6: "masked_crc32c"}
         f = dict(dtype=0, shape=(), shard_id=0, offset=0, size=0, masked_crc32c=0, sliced=False)
         for number, value in proto_fields(buf):
-            if number == 1:
-                f["dtype"] = value
+            if number in scalars:
+                f[scalars[number]] = value
             elif number == 2:  # TensorShapeProto: repeated Dim dim = 2 (Dim: int64 size = 1)
-                dims = [value_of(dim, 1) for n, dim in proto_fields(value) if n == 2]
-                f["shape"] = tuple(dims)
-            elif number in (3, 4, 5):
-                f[{3: "shard_id", 4: "offset", 5: "size"}[number]] = value
-            elif number == 6:
-                f["masked_crc32c"] = value
-            elif number == 7:
+                f["shape"] = tuple(value_of(dim, 1) for n, dim in proto_fields(value) if n == 2)
+            elif number == 7:  # repeated TensorSliceProto slices
                 f["sliced"] = True
         return cls(**f)
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 # ---------------------------------------------------------------------------- SSTable
