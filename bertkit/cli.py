@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
     "reproduce": ("bertkit.reproduce", "the paper end to end at a compute budget, with a report"),
     "plot": ("bertkit.plot", "PNG curves from a run's metrics.jsonl"),
+    "convert": ("bertkit.convert", "original TensorFlow checkpoint -> Hugging Face-layout folder"),
 }
 
 

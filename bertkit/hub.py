@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .errors import BertkitError
+from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
 
 log = logging.getLogger("bertkit")
 
@@ -105,11 +106,18 @@ class PreTrainedMixin:
         directory = Path(directory)
         if not directory.is_dir():
             raise BertkitError("model directory not found", path=str(directory))
+        # An original TensorFlow checkpoint folder (bert_config.json, *.ckpt.index) converts in memory.
+        original = OriginalCheckpoint.open(directory) if is_original_checkpoint(directory) else None
         if config is None:
-            config = BertConfig.from_json_file(directory / "config.json")
+            config = (original.config(directory / BERT_CONFIG_NAME) if original
+                      else BertConfig.from_json_file(directory / "config.json"))
         if config_overrides:
             config = config.replace(**config_overrides)
         weights = directory / WEIGHTS_NAME
+        if original:
+            model = cls(config)
+            model.load_checkpoint_state(original.state_dict(), source=str(original.bundle.index_path))
+            return model
         if not weights.is_file():
             pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
             hint = (f" (found {', '.join(pickled)}: pickle files can run code and are not loaded; "
@@ -152,7 +160,9 @@ def load_model(directory: str | Path, **config_overrides):
     from .config import BertConfig
     from .heads import TASK_CLASSES
 
-    config = BertConfig.from_json_file(Path(directory) / "config.json")
+    directory = Path(directory)
+    config = (OriginalCheckpoint.open(directory).config(directory / BERT_CONFIG_NAME)
+              if is_original_checkpoint(directory) else BertConfig.from_json_file(directory / "config.json"))
     name = (config.architectures or ["BertModel"])[0]
     if name == "BertLMHeadModel":
         name = "BertForMaskedLM"
