@@ -36,8 +36,8 @@ from ..errors import BertkitError
 from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_training_state, rng_state,
                          set_rng_state, set_seed)
 from .metrics_log import MetricsLog, MetricsWindow
-from .optim import build_optimizer, linear_schedule
-from .plan import Calibration, Plan, plan_fixed, plan_for_budget
+from .optim import build_optimizer, linear_factor
+from .plan import Calibration, Plan, plan_fixed, plan_for_budget, replan
 
 # What marks a folder as holding a run (refused without resume / overwrite).
 RUN_MARKERS = ("metrics.jsonl", "train_summary.json", "model.safetensors")
@@ -144,6 +144,7 @@ class Trainer:
         self.position = {"phase": 0, "epoch": 0, "batch": 0}
         self.global_step = 0
         self.elapsed_before = 0.0  # wall-clock of earlier segments of a resumed run
+        self.paused = 0.0  # seconds of evaluations and checkpoints since training began
         self.train_seconds = 0.0
         self.sequences = 0
         self.eval_history: list[dict] = []
@@ -190,8 +191,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, args.learning_rate, args.weight_decay)
         checkpoint = latest_checkpoint(self.out_dir) if args.resume and self.out_dir else None
         state = read_training_state(checkpoint) if checkpoint else None
-        if state is not None and state.get("plan") is not None:
-            self.plan = Plan.from_dict(state["plan"])
+        if state is not None and (state.get("plan") or {}).get("time_budget"):
+            self.plan = Plan.from_dict(state["plan"])  # a budgeted run keeps the step count it measured
         elif args.time_budget:
             self.plan = self.calibrate_and_plan()
             if self.world > 1:  # every rank follows rank 0's measurement
@@ -201,7 +202,9 @@ class Trainer:
         else:
             self.plan = plan_fixed(self.fixed_phase_steps(), args.warmup_steps, args.warmup_ratio,
                                    args.eval_steps, args.save_steps)
-        self.scheduler = linear_schedule(self.optimizer, self.plan.warmup_steps, self.plan.total_steps)
+        # The factor reads the plan at every step: a budgeted run may re-plan its length once (replan).
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: linear_factor(step, self.plan.warmup_steps, self.plan.total_steps))
         resumed_from = self.resume(checkpoint, state) if state is not None else None
         self.log = MetricsLog(self.out_dir, self.is_main, resumed_from)
         if self.eval_history and resumed_from is None:
@@ -241,11 +244,13 @@ class Trainer:
         # Each phase gets ~1.5% of the budget (its share of it), at least 4 steps after 2 warm-up steps.
         for phase, fraction in zip(self.phases, fractions):
             times, target = [], 0.015 * args.time_budget * fraction
+            t0 = time.perf_counter()
             for i, group in enumerate(self.groups_of(phase.source, 0, 0)):
-                t0 = time.perf_counter()
                 self.step_on(group)
+                now = time.perf_counter()
                 if i >= 2:
-                    times.append(time.perf_counter() - t0)
+                    times.append(now - t0)  # the batch's loading included
+                t0 = now
                 if len(times) >= 4 and (sum(times) >= target or len(times) >= 200):
                     break
             if not times:
@@ -347,6 +352,7 @@ class Trainer:
         """Train to the end of the plan; True when a budgeted run had to stop early."""
         self.model.train()
         window = MetricsWindow()
+        train_started = (self.elapsed(), self.global_step)
         ends = self.plan.phase_ends()
         total = self.plan.total_steps
         bar = None
@@ -381,6 +387,11 @@ class Trainer:
                     self.train_seconds += pause - t0
                     if self.out_of_time():
                         return True
+                    if self.global_step == self.replan_step():
+                        self.replan(train_started)
+                        total, ends = self.plan.total_steps, self.plan.phase_ends()
+                        if bar is not None:
+                            bar.total = total
                     if self.plan.eval_steps and self.global_step % self.plan.eval_steps == 0 \
                             and self.global_step < total:
                         self.run_eval()
@@ -388,6 +399,7 @@ class Trainer:
                             and self.global_step < total:
                         self.save_checkpoint()
                     t0 = time.perf_counter()
+                    self.paused += t0 - pause
                     if self.global_step >= total or self.position["phase"] != ph_idx or self.position["batch"] == 0:
                         break
                 else:  # the source yielded fewer batches than it promised: on to the next epoch
@@ -396,6 +408,30 @@ class Trainer:
             if bar is not None:
                 bar.close()
         return False
+
+    def replan_step(self) -> int | None:
+        """A budgeted run re-plans once, a tenth of the way in (after at least 20 steps)."""
+        plan = self.plan
+        if not plan.time_budget or plan.calibration is None or plan.replanned_at is not None:
+            return None
+        return min(plan.total_steps - 1, max(20, round(0.1 * plan.total_steps)))
+
+    def replan(self, train_started: tuple[float, int]) -> None:
+        elapsed0, step0 = train_started
+        pace = (self.elapsed() - elapsed0 - self.paused) / max(1, self.global_step - step0)
+        old = self.plan
+        evals_left = (old.total_steps - self.global_step) // old.eval_steps + 1 if old.eval_steps else 1
+        saves_left = (old.total_steps - self.global_step) // old.save_steps if old.save_steps else 0
+        fractions = [s / old.total_steps for s in old.steps_per_phase]
+        self.plan = replan(old, self.global_step, self.elapsed(), pace, fractions, evals_left if self.evaluate else 0,
+                           saves_left, margin=min(30.0, 0.01 * old.time_budget))
+        if self.world > 1:
+            shared = [self.plan]
+            dist.broadcast_object_list(shared, src=0)
+            self.plan = shared[0]
+        if self.is_main and self.plan.total_steps != old.total_steps:
+            print(f"time budget: re-planned to {self.plan.total_steps} steps at the measured pace of {pace:.3f} s/step",
+                  file=sys.stderr)
 
     def out_of_time(self) -> bool:
         """A budgeted run stops when finishing (evaluation + final save) would pass budget + 45 s:

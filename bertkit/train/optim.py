@@ -26,12 +26,13 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.01,
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True)
 
 
+def linear_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """step/warmup during warm-up, then linear decay to zero at total_steps."""
+    if step < warmup_steps:
+        return step / max(1, warmup_steps)
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
 def linear_schedule(optimizer, warmup_steps: int, total_steps: int):
     """lr x step/warmup during warm-up, then linear decay to zero at total_steps."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return step / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: linear_factor(step, warmup_steps, total_steps))

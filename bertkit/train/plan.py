@@ -53,6 +53,7 @@ class Plan:
     save_steps: int = 0
     time_budget: float | None = None  # seconds, when the plan came from a budget
     calibration: Calibration | None = None
+    replanned_at: int | None = None  # the step at which the measured pace re-planned the rest
 
     @property
     def total_steps(self) -> int:
@@ -108,4 +109,27 @@ def plan_for_budget(budget: float, elapsed: float, fractions: list[float], calib
                 time_budget=budget, calibration=calibration)
 
 
-__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget"]
+def replan(plan: Plan, step: int, elapsed: float, seconds_per_step: float, fractions: list[float],
+           eval_points_left: int, saves_left: int, margin: float) -> Plan:
+    """Re-plan the steps after `step` at the pace measured since training began.
+
+    The calibration times single steps; the loop around them (data, logging) and a machine whose
+    load changed are only seen over many steps. The pace of phase 1 so far scales every phase's
+    calibrated step time; the warm-up, already over, is kept.
+    """
+    cal = plan.calibration
+    scale = seconds_per_step / cal.seconds_per_step[0]
+    left = plan.time_budget - elapsed - margin - eval_points_left * cal.eval_seconds - (saves_left + 1) * cal.save_seconds
+    per_step = scale * sum(f * t for f, t in zip(fractions, cal.seconds_per_step))
+    total = max(step + 1, step + int(left / per_step))
+    steps = [max(1, round(total * f)) for f in fractions]
+    steps[0] = max(1, total - sum(steps[1:]))
+    total = sum(steps)
+    eval_points = eval_points_left + 1
+    return dataclasses.replace(plan, steps_per_phase=steps,
+                               eval_steps=max(1, math.ceil(total / eval_points)) if plan.eval_steps else 0,
+                               save_steps=max(1, math.ceil(total / (saves_left + 1))) if plan.save_steps else 0,
+                               replanned_at=step)
+
+
+__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget", "replan"]

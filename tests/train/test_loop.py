@@ -140,3 +140,116 @@ def test_plot_writes_pngs(tmp_path):
     written = plot_run(tmp_path)
     assert {p.name for p in written} == {"loss.png", "learning_rate.png"}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
+
+
+# -- wall-clock budgets ------------------------------------------------------------------------
+
+from bertkit.errors import BertkitError  # noqa: E402
+from bertkit.train.plan import Calibration, parse_duration, plan_for_budget  # noqa: E402
+
+
+@pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("15m", 900), ("1h", 3600), ("1h30m", 5400),
+                                          ("1.5h", 5400), (120, 120)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "15 minutes", "-5m", "0", "m", "nan"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(BertkitError):
+        parse_duration(text)
+
+
+def test_plan_for_budget_pays_for_evaluations_and_saves_first():
+    cal = Calibration(seconds_per_step=[0.5, 2.0], eval_seconds=3.0, save_seconds=1.0, calibration_seconds=5.0,
+                      steps_measured=[6, 6])
+    plan = plan_for_budget(600, elapsed=20, fractions=[0.9, 0.1], calibration=cal, warmup_ratio=0.06,
+                           eval_points=10, save_points=4, margin=6)
+    # 600 - 20 - 6 - 10 x 3 - 5 x 1 = 539 s at 0.9 x 0.5 + 0.1 x 2 = 0.65 s per step -> 829 steps
+    assert plan.total_steps == 829
+    assert plan.steps_per_phase == [829 - 83, 83]
+    assert plan.warmup_steps == round(0.06 * 829) and plan.eval_steps == 83 and plan.save_steps == 166
+    with pytest.raises(BertkitError, match="no time to train"):
+        plan_for_budget(30, elapsed=25, fractions=[1.0], calibration=cal, warmup_ratio=0.0, eval_points=1,
+                        save_points=0, margin=1)
+
+
+class SlowSource(ToySource):
+    """Every batch costs `delay` seconds more, so that a tiny model's step time is stable."""
+
+    def __init__(self, delay=0.02, **kw):
+        super().__init__(**kw)
+        self.delay = delay
+
+    def batches(self, epoch, start=0):
+        import time as _time
+
+        for batch in super().batches(epoch, start):
+            _time.sleep(self.delay)
+            yield batch
+
+
+def _budget_args(out, **kw):
+    return TrainArgs(output_dir=str(out), learning_rate=1e-3, warmup_ratio=0.1, precision="fp32", logging_steps=1,
+                     progress=False, time_budget=6.0, seed=3, **kw)
+
+
+def test_budgeted_run_ends_on_time_with_the_schedule_at_zero(tmp_path):
+    import time as _time
+
+    evaluations = []
+    started = _time.time()
+    result = fit(tiny_model(), Phase(SlowSource(n_batches=20)), _budget_args(tmp_path, clock_start=started),
+                 evaluate=lambda m: evaluations.append(1) or {"score": 1.0})
+    wall = _time.time() - started
+    assert wall < 6.0 + 2.0, wall  # the budget, plus scheduling noise on a loaded machine
+    assert not result.stopped_early and result.global_step == result.plan.total_steps > 20
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if not r.get("eval")]
+    assert train[-1]["learning_rate"] == 0.0 and train[-1]["step"] == result.plan.total_steps
+    assert max(r["learning_rate"] for r in train) == pytest.approx(1e-3, rel=0.05)
+    evals = [r for r in records if r.get("eval")]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == result.plan.total_steps and 8 <= len(evaluations) <= 12
+    assert all(r["elapsed_s"] <= 8.0 for r in records)
+    summary = json.loads((tmp_path / "train_summary.json").read_text())
+    assert summary["time_budget_seconds"] == 6.0 and summary["calibration"]["seconds_per_step"][0] > 0.02
+
+
+def test_budgeted_run_resumes_on_the_recorded_plan(tmp_path):
+    calls = {"n": 0}
+
+    def explode(batch, out):
+        calls["n"] += 1
+        if calls["n"] == 60:
+            raise Crash()
+        return {}
+
+    with pytest.raises(Crash):
+        fit(tiny_model(), Phase(SlowSource(n_batches=20)), _budget_args(tmp_path, save_points=9),
+            batch_metrics=explode)
+    checkpoint = latest_checkpoint(tmp_path)
+    state = torch.load(checkpoint / "training_state.pt", weights_only=True)
+    planned = state["plan"]["steps_per_phase"][0]
+    # The resumed run follows the recorded plan even on a machine twice as slow.
+    result = fit(tiny_model(), Phase(SlowSource(delay=0.04, n_batches=20)), _budget_args(tmp_path, resume=True,
+                                                                                       save_points=9))
+    assert result.resumed_from == state["global_step"] and result.plan.total_steps == planned
+    train = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if not r.get("eval")]
+    assert [r["step"] for r in train] == list(range(1, planned + 1)) and train[-1]["learning_rate"] == 0.0
+
+
+def test_existing_run_is_refused_and_resume_checks_identity(tmp_path):
+    common = dict(output_dir=str(tmp_path), precision="fp32", logging_steps=1, progress=False, save_steps=2)
+    fit(tiny_model(), Phase(ToySource(n_batches=4), steps=4), TrainArgs(identity={"seed": 1}, **common))
+    with pytest.raises(BertkitError, match="already holds a run"):
+        fit(tiny_model(), Phase(ToySource(n_batches=4), steps=4),
+            TrainArgs(identity={"seed": 1}, existing_output="refuse", **common))
+    with pytest.raises(BertkitError, match="another run.*seed"):
+        fit(tiny_model(), Phase(ToySource(n_batches=4), steps=4),
+            TrainArgs(identity={"seed": 2}, resume=True, **common))
+    with pytest.raises(BertkitError, match="beyond this run's 1 steps"):
+        fit(tiny_model(), Phase(ToySource(n_batches=4), steps=1),
+            TrainArgs(identity={"seed": 1}, resume=True, **common))
+    # Overwriting clears the old run's checkpoints, so a later --resume cannot pick them up.
+    fit(tiny_model(), Phase(ToySource(n_batches=4), steps=1), TrainArgs(identity={"seed": 3}, **common))
+    assert latest_checkpoint(tmp_path) is None
