@@ -1,53 +1,21 @@
-"""Speed options for the model, as run-time configuration (the model code reads the same either way).
+"""How the model computes: the fast paths behind model.py's one seam, and the speed options.
 
-* ``onednn_linear``: fp32 Linear layers on the CPU, forward and backward, through oneDNN. torch's
-  default fp32 GEMM (MKL) takes an AVX2 path on AMD CPUs: on Zen 5 oneDNN's AVX-512 kernels
-  reach ~2x its rate (PERF-NOTES), on Zen 4 (AVX-512 at half width) ~1.1x. bf16 (autocast)
-  matmuls already go through oneDNN; in inference "always" calls it directly (see `linear`).
-  "always" (the default) in training and inference, "training" only where gradients are
-  computed (inference then matches transformers, which uses MKL, more closely), "never".
-  oneDNN sums in another order than MKL; both are fp32-accurate (relative error vs fp64 ~4e-7
-  against ~2.5e-7 per GEMM), and fp32 inference outputs differ from transformers' by ~2e-6 of
-  the output's scale instead of ~1e-6: the parity tests (1e-5 of the scale) hold either way.
-  In inference it bought 1.04-1.07x in fp32, ~1.03x in bf16.
-* ``fused_gelu``: in inference through oneDNN (bf16 autocast, fp32 with onednn_linear="always"),
-  the feed-forward's exact GELU runs as a post-op of its first GEMM (see `linear_gelu`).
-* ``fused_qkv``: one (3H x H) projection for query, key and value (weights concatenated at
-  forward time; the checkpoint keeps the three).
-* ``attention``: "auto" writes attention out (softmax(q k^T / sqrt(D) + mask) v) where torch's
-  SDPA is slow on the CPU: in training with dropout (SDPA then takes its unfused math path)
-  and in bf16 training (its fused bf16 backward took twice as long as the plain matmuls here).
-  Elsewhere, and always with "sdpa", SDPA.
-* ``fast_dropout``: CPU dropout masks from half as many random draws as `bernoulli_` (two
-  15-bit uniforms per 31-bit draw of torch's generator); the rate p is rounded to 1/32768.
-* ``unpad``: in a padded batch, run the token-wise work (projections, feed-forward, LayerNorm,
-  dropout) on the real tokens only. "auto" does so when it saves at least
-  ``unpad_min_saved_tokens`` tokens: below that the gathers and the extra kernel calls cost
-  about what they save (measured break-even ~50 tokens at mini and base width, ~150 for tiny).
-  Outputs at padding positions then carry no values (zeros, or whatever the few padding rows
-  used to round the token count computed): nothing reads them, but a caller that compares whole
-  padded tensors must compare the real positions only.
-* ``packed_attention``: with unpadding, attention runs on the packed tokens, sequence by
-  sequence (block-diagonal attention, no mask; `packed_attention`), instead of re-padding
-  query, key and value to (B, T) in every layer. Variable-length inference (lengths 16-128)
-  1.15-1.3x faster, fine-tuning steps on such batches 0.98-1.1x.
+model.py says what BERT computes; this module supplies, through three things chosen once,
 
-* ``grouped_attention``: packed attention in bf16 inference (no gradients, no dropout, not causal)
-  runs on groups of sequences of similar length (`attention_groups`): one written-out attention
-  (bf16 batched matmuls, key-padding bias, softmax) per group instead of one SDPA call per
-  sequence. torch's CPU SDPA reaches ~30 GFLOP/s on such short bf16 sequences; the groups
-  1.2-1.3x that at mini width (lengths 16-128), the whole bf16 mini forward ~1.05x. Key
-  lengths are rounded up to a multiple of 16 (masked): bf16 softmax rows of other lengths took
-  twice as long. Scores are rounded to bf16 before the softmax, as transformers' eager
-  attention under autocast does. fp32 keeps per-sequence SDPA (grouped fp32 SDPA measured
-  0.9-0.97x, written-out fp32 0.7x: fp32 batched matmuls take MKL's slower path).
-* ``fused_residual``: in fp32 inference through oneDNN, the residual sum of the attention and
-  feed-forward outputs runs as a post-op of their output GEMM (`linear_add`): the same fp32
-  sums (bit-identical here), one pass less over (N, H). Measured per GEMM: 1.04-1.10x at base
-  width, ~1.0x at mini width; the fp32 forward ~1.0x at mini.
+* a `Layout` (`layout_for`, called once per forward by BertModel): the batch as padded (B, T)
+  rows with a key mask (`Padded`), or only its real tokens packed (N, H) row after row
+  (`Packed`); the layout also runs attention (`Layout.attention`: SDPA, the written-out
+  formula, or per-sequence attention on the packed rows);
+* `Linear` (an nn.Linear whose fp32 CPU matmuls go through oneDNN where that pays),
+  `project_qkv` (query, key and value as one GEMM) and `linear_act` (the exact GELU as the
+  GEMM's post-op in inference);
+* `Dropout` (an nn.Dropout drawing CPU masks from half as many random numbers).
 
-Set them for a block with ``with speed_options(unpad="never"): ...``, or for a process with the
-environment variable ``BERTKIT_SPEED_OPTIONS="onednn_linear=never,unpad=never"``.
+The options, with what each was measured to buy, are in docs/speed.md. Set them for a block
+with ``with speed_options(unpad="never"): ...`` or for a process with the environment variable
+``BERTKIT_SPEED_OPTIONS="onednn_linear=never,unpad=never"``. Whatever they say, a traced or
+exported model (torch.jit.trace, torch.onnx.export) runs the plain path: F.linear and SDPA on
+the padded batch with its mask, so one trace serves every padding pattern.
 """
 
 from __future__ import annotations
@@ -55,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import os
 
@@ -63,16 +32,32 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .device import cpu_features
 from .errors import BertkitError
+
+log = logging.getLogger("bertkit")
 
 UNPAD_MODES = ("auto", "always", "never")
 ONEDNN_MODES = ("training", "always", "never")
 ATTENTION_MODES = ("auto", "sdpa", "explicit")
+# Options removed after measuring ~1.0x (fused_residual) and ~1.05x (grouped_attention) end to
+# end: still accepted, and ignored, until the next release.
+REMOVED_OPTIONS = ("fused_residual", "grouped_attention")
+
+
+def default_onednn_linear() -> str:
+    """oneDNN's fp32 Linear where the CPU has AVX-512, torch's own (MKL) elsewhere.
+
+    On AVX-512 (Zen 5) oneDNN's kernels ran the fp32 GEMMs ~2x faster than MKL's AVX2 path; on
+    an AVX2-only CPU (Zen 3) the oneDNN Linear made the BERT-BASE training step slower (1.00x
+    of transformers' speed with it, 1.23x without). See docs/speed.md.
+    """
+    return "always" if cpu_features().avx512 else "never"
 
 
 @dataclasses.dataclass
 class SpeedOptions:
-    onednn_linear: str = "always"
+    onednn_linear: str = dataclasses.field(default_factory=default_onednn_linear)
     fused_qkv: bool = True
     attention: str = "auto"
     fast_dropout: bool = True
@@ -83,8 +68,6 @@ class SpeedOptions:
     unpad_multiple: int = 64
     packed_attention: bool = True
     fused_gelu: bool = True
-    grouped_attention: bool = True
-    fused_residual: bool = True
 
 
 def _from_environment() -> SpeedOptions:
@@ -99,6 +82,9 @@ def _from_environment() -> SpeedOptions:
 def _set(options: SpeedOptions, name: str, value, source: str | None = None) -> None:
     fields = {f.name: f.type for f in dataclasses.fields(SpeedOptions)}
     where = f" (in {source})" if source else ""
+    if name in REMOVED_OPTIONS:
+        log.warning("speed option %s%s was removed (it bought ~1.0x); it is ignored", name, where)
+        return
     if name not in fields:
         raise BertkitError(f"unknown speed option {name!r}{where}; choose from {', '.join(fields)}")
     if isinstance(value, str):
@@ -133,7 +119,12 @@ def speed_options(**changes):
             setattr(options, field.name, getattr(saved, field.name))
 
 
-# ---------------------------------------------------------------- fp32 Linear through oneDNN
+def exporting() -> bool:
+    """True while torch.jit.trace or torch.onnx.export records the model: run the plain path."""
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
+# ---------------------------------------------------------------- Linear through oneDNN
 
 
 @functools.cache
@@ -186,17 +177,29 @@ def _weight_gradient(grad_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Ten
     return _onednn_matmul(x_rows.t(), grad_rows.t()).t().contiguous()  # ((in, M) @ (M, out)).T
 
 
+def _onednn_applies(x: torch.Tensor) -> bool:
+    return (not exporting() and options.onednn_linear != "never" and x.device.type == "cpu" and x.numel() > 0
+            and onednn_available())
+
+
+def _bf16_autocast_inference(x: torch.Tensor) -> bool:
+    """Inference under CPU bf16 autocast on a CPU with native bf16 dot products. Elsewhere
+    oneDNN has no bf16 inner product (on AVX2 it fails to create one): torch's own route then."""
+    return (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            and not torch.is_grad_enabled() and cpu_features().bf16)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, with fp32 CPU matmuls through oneDNN as `options.onednn_linear` says.
 
-    Under bf16 autocast in inference ("always"), oneDNN's matmul is called directly on the bf16
-    operands autocast would make: ~7% faster than F.linear's addmm route to the same library.
+    Under bf16 autocast in inference ("always", a CPU with bf16), oneDNN's matmul is called
+    directly on the bf16 operands autocast would make: ~7% faster than F.linear's addmm route.
     """
-    mode = options.onednn_linear
-    if mode == "never" or x.device.type != "cpu" or x.numel() == 0 or not onednn_available():
+    if not _onednn_applies(x):
         return F.linear(x, weight, bias)
+    mode = options.onednn_linear
     if torch.is_autocast_enabled("cpu"):
-        if mode == "always" and not torch.is_grad_enabled() and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+        if mode == "always" and _bf16_autocast_inference(x):
             return _onednn_matmul(x.bfloat16(), weight.bfloat16(), None if bias is None else bias.bfloat16())
         return F.linear(x, weight, bias)
     if x.dtype != torch.float32 or weight.dtype != torch.float32:
@@ -211,14 +214,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """gelu(x @ weight.T + bias), exact (erf) GELU. In inference through oneDNN (bf16 autocast, or
-    fp32 with `onednn_linear="always"`; no gradients) the GELU runs as the GEMM's post-op
-    (`options.fused_gelu`): one pass less over the (..., 4H) activations. Measured: GEMM + GELU
-    ~14% faster at mini width in bf16, 3-5% at base width."""
-    if options.fused_gelu and x.device.type == "cpu" and x.numel() and not torch.is_grad_enabled() \
-            and onednn_available():
+    """gelu(x @ weight.T + bias), exact (erf) GELU. In inference through oneDNN (bf16 autocast on a
+    CPU with bf16, or fp32 with `onednn_linear="always"`) the GELU runs as the GEMM's post-op
+    (`options.fused_gelu`): one pass less over the (..., 4H) activations."""
+    if not exporting() and options.fused_gelu and not torch.is_grad_enabled() and x.device.type == "cpu" \
+            and x.numel() and onednn_available():
         if torch.is_autocast_enabled("cpu"):
-            if torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            if _bf16_autocast_inference(x):
                 # What autocast does for F.linear (bf16 operands, fp32 accumulation), with the GELU
                 # applied to the fp32 sums before rounding to bf16 rather than after.
                 return torch.ops.mkldnn._linear_pointwise(
@@ -228,17 +230,6 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return F.gelu(linear(x, weight, bias))
 
 
-def linear_add(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor) -> torch.Tensor:
-    """x @ weight.T + bias + residual. In fp32 inference through oneDNN (`onednn_linear="always"`, no
-    gradients, `options.fused_residual`) the sum is the GEMM's binary post-op, in fp32 as well."""
-    if options.fused_residual and options.onednn_linear == "always" and x.device.type == "cpu" and x.numel() \
-            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu") and onednn_available() \
-            and x.dtype == weight.dtype == residual.dtype == torch.float32 and residual.is_contiguous() \
-            and residual.shape == (*x.shape[:-1], weight.shape[0]):
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight, bias, "add")
-    return linear(x, weight, bias) + residual
-
-
 class Linear(nn.Linear):
     """nn.Linear (same parameters and names) computed by `linear` above."""
 
@@ -246,7 +237,27 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-# ---------------------------------------------------------------- dropout and attention
+def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
+    """act(layer(x)). For a bertkit Linear followed by the exact GELU, `linear_gelu` (one fused
+    GEMM in inference); any other layer (an adapter, a quantised Linear) runs as it is."""
+    if act is F.gelu and type(layer) is Linear:
+        return linear_gelu(x, layer.weight, layer.bias)
+    return act(layer(x))
+
+
+def project_qkv(x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module):
+    """(query(x), key(x), value(x)), each (..., H). With `options.fused_qkv` (and three bertkit
+    Linear layers) one GEMM on the concatenated (3H, H) weights, returned as three views; the
+    checkpoint keeps query / key / value."""
+    layers = (query, key, value)
+    if options.fused_qkv and all(type(layer) is Linear for layer in layers):
+        weight = torch.cat([layer.weight for layer in layers])  # (3H, H)
+        bias = torch.cat([layer.bias for layer in layers])
+        return linear(x, weight, bias).chunk(3, -1)  # (..., 3H) -> 3 x (..., H)
+    return query(x), key(x), value(x)
+
+
+# ---------------------------------------------------------------- dropout
 
 
 def keep_mask(shape, p: float, device=None) -> tuple[torch.Tensor, float]:
@@ -289,11 +300,22 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
 
 
 class Dropout(nn.Dropout):
+    """nn.Dropout computed by `dropout` above; setting `p = 0` turns it off like any nn.Dropout."""
+
     def forward(self, x):
         return dropout(x, self.p, self.training)
 
+    def active_rate(self) -> float:
+        """The rate to apply now: p in training, 0 in eval."""
+        return self.p if self.training else 0.0
+
+
+# ---------------------------------------------------------------- attention
+
 
 def _explicit_attention_pays(q: torch.Tensor, dropout_p: float) -> bool:
+    """Written-out attention where torch's CPU SDPA is slow: training with dropout (SDPA then
+    takes its unfused math path) and bf16 training (its fused bf16 backward took twice as long)."""
     if options.attention != "auto":
         return options.attention == "explicit"
     training = torch.is_grad_enabled() and q.requires_grad
@@ -306,7 +328,7 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
     torch's SDPA, or (see `options.attention`) the same formula written out; rows with nothing to
     attend to give zeros in both.
     """
-    if not _explicit_attention_pays(q, dropout_p):
+    if exporting() or not _explicit_attention_pays(q, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
     T = q.shape[-2]
     # The scale on q (T x D) rather than on the scores (T x T): a smaller pass, exact for D = 64.
@@ -322,7 +344,62 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
     return dropout(probs, dropout_p) @ v  # (B, A, T, D)
 
 
-# ---------------------------------------------------------------- unpadding
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: list[int], heads: int,
+                     dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+    """Attention on packed tokens: (N, H) query, key and value rows, sequence after sequence
+    (`lengths` rows each, then rows belonging to none) -> (N, H) context, zeros for those last rows.
+
+    Each sequence attends within itself (block-diagonal attention) without a mask and without
+    re-padding: per-sequence work is sum(L^2) instead of B * T^2, and the unmasked kernels are
+    the fast ones. Differentiable (slices and `attention`).
+    """
+    N, H = q.shape
+    parts, start = [], 0
+    for L in lengths:
+        if L == 0:
+            continue
+        q_, k_, v_ = (t[start:start + L].view(1, L, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (1, A, L, D)
+        ctx = attention(q_, k_, v_, dropout_p=dropout_p, is_causal=is_causal)  # (1, A, L, D)
+        parts.append(ctx.transpose(1, 2).reshape(L, H))
+        start += L
+    if start < N:
+        parts.append(q.new_zeros(N - start, H))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+# ---------------------------------------------------------------- layouts
+
+
+class Padded:
+    """The batch as it comes, (B, T, H) rows; attention masks the padding keys.
+
+    mask: None (nothing to mask) or bool (B, 1, 1|T, T), True = may attend, causal part included;
+    `is_causal` alone (no mask) lets SDPA take its fast causal path.
+    """
+
+    def __init__(self, mask: torch.Tensor | None, causal: bool):
+        self.mask = mask
+        self.causal = causal
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # (B, T, H)
+
+    def leave(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # (B, T, H)
+
+    def full_mask(self, T: int, device) -> torch.Tensor | None:
+        """The whole mask, causal part included, for attention written out: None when nothing is masked."""
+        if self.causal and self.mask is None:
+            return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        return self.mask
+
+    def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
+        """(B, T, H) query, key, value -> (B, T, H) context."""
+        B, T, H = q.shape
+        q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
+        ctx = attention(q, k, v, attn_mask=self.mask, dropout_p=dropout_p,
+                        is_causal=self.causal and self.mask is None)  # (B, A, T, D)
+        return ctx.transpose(1, 2).reshape(B, T, H)
 
 
 class Unpadded:
@@ -343,13 +420,6 @@ class Unpadded:
             index = torch.cat([index, (~real).nonzero().squeeze(1)[:extra]])
         self.index = index  # (N,) positions in the flattened (B*T) batch
         self.tokens = index.numel()
-        self._attention_groups = None
-
-    def attention_groups(self) -> "AttentionGroups":
-        """The length groups for `grouped_attention`, built once per batch (all layers share them)."""
-        if self._attention_groups is None:
-            self._attention_groups = AttentionGroups(self.lengths, self.tokens, self.index.device)
-        return self._attention_groups
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)"""
@@ -361,115 +431,49 @@ class Unpadded:
         return full.index_copy(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
 
 
-def packed_attention(qkv: torch.Tensor, lengths: list[int], heads: int, dropout_p: float = 0.0,
-                     is_causal: bool = False) -> torch.Tensor:
-    """Attention on packed tokens: (N, 3H) query | key | value rows, sequence after sequence
-    (`lengths` rows each, then rows belonging to none) -> (N, H) context, zeros for those last rows.
+class Packed(Padded):
+    """Only the real tokens, (N, H) rows sequence after sequence (`Unpadded`): the token-wise work
+    (projections, feed-forward, LayerNorm, dropout) skips the padding. Attention runs on the
+    packed rows sequence by sequence (`options.packed_attention`), or on them padded back."""
 
-    Each sequence attends within itself (block-diagonal attention) without a mask and without
-    re-padding: per-sequence work is sum(L^2) instead of B * T^2, and the unmasked kernels are
-    the fast ones. Differentiable (slices and `attention`).
-    """
-    N, width = qkv.shape
-    H = width // 3
-    parts, start = [], 0
-    for L in lengths:
-        if L == 0:
-            continue
-        q, k, v = qkv[start:start + L].view(1, L, 3, heads, H // heads).permute(2, 0, 3, 1, 4)  # 3 x (1, A, L, D)
-        ctx = attention(q, k, v, dropout_p=dropout_p, is_causal=is_causal)  # (1, A, L, D)
-        parts.append(ctx.transpose(1, 2).reshape(L, H))
-        start += L
-    if start < N:
-        parts.append(qkv.new_zeros(N - start, H))
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+    def __init__(self, unpadded: Unpadded, mask: torch.Tensor, causal: bool):
+        super().__init__(mask, causal)
+        self.unpadded = unpadded
+        self.per_sequence = options.packed_attention
 
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        return self.unpadded.unpad(x)  # (B, T, H) -> (N, H)
 
-class AttentionGroups:
-    """Sequences of a packed batch grouped by length for `grouped_attention`.
+    def leave(self, x: torch.Tensor) -> torch.Tensor:
+        return self.unpadded.pad(x)  # (N, H) -> (B, T, H), zeros at padding
 
-    Sequences sorted by length (longest first) are cut into groups whose padded size (count x
-    longest, keys rounded up to `key_multiple`) wastes at most `waste` of the group's real
-    tokens. `index` gathers each group's rows from the packed rows, group after group, each
-    sequence padded to its group's length with copies of its first row (masked as keys,
-    dropped as queries); `inverse` takes the packed rows back, the rows belonging to no
-    sequence from an extra zero row at the end.
-    """
-
-    def __init__(self, lengths: list[int], rows: int, device=None, waste: float = 0.1, key_multiple: int = 16):
-        starts, offset = [], 0
-        for L in lengths:
-            starts.append(offset)
-            offset += L
-        order = sorted((i for i, L in enumerate(lengths) if L > 0), key=lambda i: -lengths[i])
-        groups, current, real = [], [], 0
-        for i in order:
-            if current and (len(current) + 1) * lengths[current[0]] > (real + lengths[i]) * (1 + waste):
-                groups.append(current)
-                current, real = [], 0
-            current.append(i)
-            real += lengths[i]
-        if current:
-            groups.append(current)
-        index, inverse, self.groups, offset = [], [0] * rows, [], 0
-        for members in groups:
-            width = -(-lengths[members[0]] // key_multiple) * key_multiple
-            for row, i in enumerate(members):
-                L, start = lengths[i], starts[i]
-                index.extend(range(start, start + L))
-                index.extend([start] * (width - L))
-                base = offset + row * width
-                inverse[start:start + L] = range(base, base + L)
-            masked = [lengths[i] for i in members if lengths[i] < width]
-            key_lengths = torch.tensor([lengths[i] for i in members], device=device) if masked else None
-            self.groups.append((offset, len(members), width, key_lengths))
-            offset += len(members) * width
-        self.padded_rows = offset
-        real_rows = sum(lengths)
-        inverse[real_rows:] = [offset] * (rows - real_rows)  # rows of no sequence: the extra zero row
-        self.index = torch.tensor(index, dtype=torch.long, device=device)
-        self.inverse = torch.tensor(inverse, dtype=torch.long, device=device)
-        self._biases = {}
-
-    def key_bias(self, group: int, heads: int, dtype) -> torch.Tensor | None:
-        """(G * A, 1, width) additive bias, -inf at padded keys; None when the group has none."""
-        offset, count, width, key_lengths = self.groups[group]
-        if key_lengths is None:
-            return None
-        key = (group, heads, dtype)
-        if key not in self._biases:
-            padded = torch.arange(width, device=key_lengths.device)[None, :] >= key_lengths[:, None]  # (G, width)
-            bias = torch.zeros(count, width, dtype=dtype, device=key_lengths.device).masked_fill_(padded, float("-inf"))
-            self._biases[key] = bias[:, None, None, :].expand(count, heads, 1, width).reshape(count * heads, 1, width)
-        return self._biases[key]
+    def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
+        """(N, H) query, key, value -> (N, H) context."""
+        if self.per_sequence:
+            return packed_attention(q, k, v, self.unpadded.lengths, heads, dropout_p, self.causal)
+        padded = super().attention(*(self.unpadded.pad(t) for t in (q, k, v)), heads, dropout_p)
+        return self.unpadded.unpad(padded)
 
 
-def grouped_attention(qkv: torch.Tensor, groups: AttentionGroups, heads: int) -> torch.Tensor:
-    """`packed_attention` without dropout or causal mask, computed per group of similar lengths:
-    (N, 3H) packed query | key | value rows -> (N, H), zeros for rows of no sequence. Runs in
-    qkv's dtype (bf16 here); not for autograd (in-place scaling)."""
-    N, width = qkv.shape
-    H = width // 3
-    D = H // heads
-    with torch.autocast(qkv.device.type, enabled=False):  # bf16 throughout; autocast would run softmax in fp32
-        rows = qkv.index_select(0, groups.index)  # (P, 3H), group after group
-        rows[:, :H].mul_(D ** -0.5)  # the scale on q, as `attention`
-        out = qkv.new_empty(groups.padded_rows + 1, H)
-        out[-1].zero_()
-        for number, (offset, count, length, _) in enumerate(groups.groups):
-            block = rows[offset:offset + count * length].view(count, length, 3, heads, D)
-            q, k, v = (block[:, :, part].transpose(1, 2).reshape(count * heads, length, D) for part in range(3))
-            bias = groups.key_bias(number, heads, qkv.dtype)
-            scores = torch.bmm(q, k.transpose(1, 2)) if bias is None else torch.baddbmm(bias, q, k.transpose(1, 2))
-            probs = torch._softmax(scores, -1, False)
-            ctx = torch.bmm(probs, v).view(count, heads, length, D).transpose(1, 2)  # (G, L, A, D)
-            out[offset:offset + count * length].view(count, length, heads, D).copy_(ctx)
-        return out.index_select(0, groups.inverse)
+def padding_mask(attention_mask: torch.Tensor | None, causal: bool, T: int, skip_if_full: bool = True):
+    """(B, T) 1/0 padding mask -> bool (B, 1, 1|T, T) for SDPA, or None when nothing is masked
+    (`skip_if_full`: a data-dependent check, left out when tracing so the mask is always built)."""
+    if attention_mask is None or (skip_if_full and bool(attention_mask.all())):
+        return None  # no padding: SDPA's unmasked (or is_causal) fast path
+    mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that may be attended
+    if causal:
+        mask = mask & torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()  # (B, 1, T, T)
+    return mask
 
 
-def grouped_attention_pays(qkv: torch.Tensor, dropout_p: float, is_causal: bool) -> bool:
-    return (options.grouped_attention and qkv.device.type == "cpu" and qkv.dtype == torch.bfloat16
-            and dropout_p == 0.0 and not is_causal and not (torch.is_grad_enabled() and qkv.requires_grad))
+def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int) -> Padded:
+    """The layout for this batch: packed when `options.unpad` says it pays, padded otherwise, and
+    always padded (mask built unconditionally) while the model is being traced or exported."""
+    if exporting():
+        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal)
+    mask = padding_mask(attention_mask, causal, T)
+    unpadded = unpadding_for(attention_mask) if mask is not None else None
+    return Padded(mask, causal) if unpadded is None else Packed(unpadded, mask, causal)
 
 
 def unpadding_for(attention_mask: torch.Tensor | None) -> Unpadded | None:
@@ -485,6 +489,6 @@ def unpadding_for(attention_mask: torch.Tensor | None) -> Unpadded | None:
     return unpadded if unpadded.tokens < attention_mask.numel() else None
 
 
-__all__ = ["SpeedOptions", "options", "speed_options", "linear", "linear_gelu", "Linear", "keep_mask", "dropout", "Dropout",
-           "attention", "packed_attention", "grouped_attention",
-           "grouped_attention_pays", "AttentionGroups", "linear_add", "Unpadded", "unpadding_for", "onednn_available"]
+__all__ = ["SpeedOptions", "options", "speed_options", "exporting", "linear", "linear_gelu", "linear_act",
+           "Linear", "project_qkv", "keep_mask", "dropout", "Dropout", "attention", "packed_attention",
+           "Padded", "Packed", "Unpadded", "padding_mask", "layout_for", "unpadding_for", "onednn_available"]
