@@ -120,8 +120,10 @@ def speed_options(**changes):
 
 
 def exporting() -> bool:
-    """True while torch.jit.trace or torch.onnx.export records the model: run the plain path."""
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+    """True while the model is recorded rather than run: torch.jit.trace (and the TorchScript ONNX
+    exporter), torch.export / torch.onnx.export(dynamo=True) and torch.compile. The plain path
+    then runs. (torch.onnx.is_in_onnx_export would say it too, at ~10x the cost per call.)"""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
 
 
 # ---------------------------------------------------------------- Linear through oneDNN
@@ -328,7 +330,7 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
     torch's SDPA, or (see `options.attention`) the same formula written out; rows with nothing to
     attend to give zeros in both.
     """
-    if exporting() or not _explicit_attention_pays(q, dropout_p):
+    if not _explicit_attention_pays(q, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
     T = q.shape[-2]
     # The scale on q (T x D) rather than on the scores (T x T): a smaller pass, exact for D = 64.
@@ -374,12 +376,14 @@ class Padded:
     """The batch as it comes, (B, T, H) rows; attention masks the padding keys.
 
     mask: None (nothing to mask) or bool (B, 1, 1|T, T), True = may attend, causal part included;
-    `is_causal` alone (no mask) lets SDPA take its fast causal path.
+    `causal` alone (no mask) lets SDPA take its fast causal path. `plain`: SDPA whatever the
+    options say (while exporting).
     """
 
-    def __init__(self, mask: torch.Tensor | None, causal: bool):
+    def __init__(self, mask: torch.Tensor | None, causal: bool, plain: bool = False):
         self.mask = mask
         self.causal = causal
+        self.plain = plain
 
     def enter(self, x: torch.Tensor) -> torch.Tensor:
         return x  # (B, T, H)
@@ -397,8 +401,8 @@ class Padded:
         """(B, T, H) query, key, value -> (B, T, H) context."""
         B, T, H = q.shape
         q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
-        ctx = attention(q, k, v, attn_mask=self.mask, dropout_p=dropout_p,
-                        is_causal=self.causal and self.mask is None)  # (B, A, T, D)
+        run = F.scaled_dot_product_attention if self.plain else attention
+        ctx = run(q, k, v, attn_mask=self.mask, dropout_p=dropout_p, is_causal=self.causal and self.mask is None)  # (B, A, T, D)
         return ctx.transpose(1, 2).reshape(B, T, H)
 
 
@@ -470,7 +474,7 @@ def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int) -> Pad
     """The layout for this batch: packed when `options.unpad` says it pays, padded otherwise, and
     always padded (mask built unconditionally) while the model is being traced or exported."""
     if exporting():
-        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal)
+        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal, plain=True)
     mask = padding_mask(attention_mask, causal, T)
     unpadded = unpadding_for(attention_mask) if mask is not None else None
     return Padded(mask, causal) if unpadded is None else Packed(unpadded, mask, causal)

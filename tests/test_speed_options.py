@@ -569,6 +569,22 @@ def test_traced_default_model_handles_any_padding(causal):
                                        model.bert(ids, mask).last_hidden_state[real], rtol=1e-4, atol=1e-4)
 
 
+def test_exported_default_model_handles_any_padding():
+    """torch.export (what torch.onnx.export builds on) of the default encoder, recorded on a batch
+    without padding, gives the eager outputs on a padded batch of the same shape."""
+    model = randomized(bertkit.BertModel(tiny_config())).eval()
+    full = padded_batch([40, 40, 40, 40])
+    program = torch.export.export(model, (full["input_ids"], full["attention_mask"]), {"return_dict": False})
+    batch = padded_batch([40, 1, 17, 33])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        exported = program.module()(batch["input_ids"], batch["attention_mask"], return_dict=False)
+        eager = model(batch["input_ids"], batch["attention_mask"], return_dict=False)
+    assert len(exported) == len(eager) == 2  # last_hidden_state, pooler_output
+    torch.testing.assert_close(exported[0][real], eager[0][real], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(exported[1], eager[1], rtol=1e-4, atol=1e-4)
+
+
 AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 
 AVX2_SCRIPT = textwrap.dedent("""
