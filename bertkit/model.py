@@ -95,8 +95,9 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, position_ids=None):
         T = input_ids.shape[1]
-        if T > self.position_embeddings.num_embeddings:
-            raise BertkitError(f"sequence length {T} exceeds max_position_embeddings {self.position_embeddings.num_embeddings}")
+        limit = self.position_embeddings.num_embeddings
+        if T > limit:
+            raise BertkitError(f"sequence length {T} exceeds max_position_embeddings {limit}")
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device)  # (T,), broadcast over B
         x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)  # (B, T, H)

@@ -448,7 +448,8 @@ def test_return_dict_false_gives_transformers_tuple(head, tmp_path):
         # With MLM labels our logits are the predicted rows only; transformers' are full: compare
         # without labels, and check the loss position on its own.
         with torch.no_grad():
-            assert_close(f"{head} loss first", ours(**batch, **labels, return_dict=False)[0], ours(**batch, **labels).loss)
+            as_tuple = ours(**batch, **labels, return_dict=False)
+            assert_close(f"{head} loss first", as_tuple[0], ours(**batch, **labels).loss)
         labels = {}
     with torch.no_grad():
         mine = ours(**batch, **labels, output_hidden_states=True, return_dict=False)

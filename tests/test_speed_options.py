@@ -20,6 +20,8 @@ from bertkit import BertConfig, kernels
 from bertkit.device import cpu_features
 from bertkit.errors import BertkitError
 from bertkit.kernels import speed_options
+from bertkit.kernels.attention import _explicit_attention_pays
+from bertkit.kernels.options import _from_environment
 
 
 @pytest.fixture(autouse=True)
@@ -161,7 +163,7 @@ def test_explicit_attention_rows_with_nothing_to_attend_are_zero_not_nan():
 
 def test_explicit_attention_chosen_where_it_pays():
     q, k, v = attention_inputs()
-    auto = kernels._explicit_attention_pays
+    auto = _explicit_attention_pays
     assert auto(q, 0.1)  # training with dropout: SDPA would take its math path
     assert not auto(q, 0.0)  # fp32 training without dropout: SDPA's fused kernel
     assert auto(q.detach().bfloat16().requires_grad_(), 0.0)  # bf16 training
@@ -532,16 +534,16 @@ def test_removed_speed_options_are_accepted_and_ignored_for_one_release(monkeypa
         assert dataclasses.asdict(kernels.options) == before
     assert "grouped_attention was removed" in caplog.text and "fused_residual was removed" in caplog.text
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "grouped_attention=0,unpad=never")
-    assert kernels._from_environment().unpad == "never"
+    assert _from_environment().unpad == "never"
 
 
 def test_speed_options_from_the_environment(monkeypatch):
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "onednn_linear=never, unpad_min_saved_tokens=7,fast_dropout=0")
-    options = kernels._from_environment()
+    options = _from_environment()
     assert (options.onednn_linear, options.unpad_min_saved_tokens, options.fast_dropout) == ("never", 7, False)
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "fast_dropout=maybe")
     with pytest.raises(BertkitError, match="BERTKIT_SPEED_OPTIONS"):
-        kernels._from_environment()
+        _from_environment()
 
 
 
