@@ -1,5 +1,5 @@
 """Run-time choice of device and precision: CUDA when present, bf16 where the hardware has it,
-and what the CPU can run (`cpu_features`), which decides the CPU kernels (see kernels.py)."""
+and what the CPU can run (`cpu_features`), which decides the CPU kernels (see bertkit/kernels/)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def cpu_features() -> CpuFeatures:
     variable ONEDNN_MAX_CPU_ISA (e.g. ONEDNN_MAX_CPU_ISA=AVX2 makes an AVX-512 machine behave as
     an AVX2-only one, which is how the tests check the fallbacks). Cached: read once per process.
 
-    The kernel rule that follows (kernels.py, docs/speed.md): the oneDNN fp32 Linear by default
+    The kernel rule that follows (kernels/linear.py, docs/speed.md): the oneDNN fp32 Linear by default
     only with `avx512`; direct oneDNN bf16 matmuls (and the fused bf16 GELU) only with `bf16`,
     torch's own bf16 route elsewhere.
     """

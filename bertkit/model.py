@@ -1,6 +1,6 @@
 """The BERT encoder (paper §3, "Model Architecture"): embeddings, L post-LN Transformer layers, pooler.
 
-This file says what BERT computes; how fast it runs sits behind one seam (kernels.py,
+This file says what BERT computes; how fast it runs sits behind one seam (the kernels package,
 docs/speed.md): a `layout` decided once per batch in BertModel.forward (the padded batch with
 its mask, or only its real tokens packed) runs attention, and the Linear / Dropout modules route
 their matmuls and masks to the kernels that pay on this machine. `eager_attention` below is the
@@ -76,7 +76,7 @@ def eager_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) ->
 
 
 def sdpa_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
-    """The same with the layout's kernels (SDPA, or per sequence on packed rows; kernels.py)."""
+    """The same with the layout's kernels (SDPA, or per sequence on packed rows; kernels/layout.py)."""
     return layout.attention(q, k, v, heads, dropout.p if dropout.training else 0.0)
 
 

@@ -1,4 +1,4 @@
-"""Every speed option in bertkit/kernels.py against its reference path: oneDNN Linear against
+"""Every speed option in bertkit/kernels/ against its reference path: oneDNN Linear against
 float64 matmuls and F.linear, the written-out attention against SDPA, fast dropout masks against
 the Bernoulli statistics they must have, unpadding and fused QKV against the padded / separate
 model (and transformers), bf16 training against fp32 training on the same batches, the traced
