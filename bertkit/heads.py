@@ -75,7 +75,7 @@ class BertForPreTraining(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, init_weights=False)
+        self.bert = BertModel(config, initialize=False)
         self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings)
         self.init_weights()
 
@@ -108,7 +108,7 @@ class BertForMaskedLM(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False, init_weights=False)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
         self.init_weights()
 
@@ -144,7 +144,7 @@ class _TaskModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler, init_weights=False)
+        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler, initialize=False)
         if config.bilstm_hidden_size:
             self.bilstm = BiLSTMOnTop(config)
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob

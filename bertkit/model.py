@@ -267,14 +267,14 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
 
 class BertModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True, attn_implementation: str = "sdpa",
-                 init_weights: bool = True):
-        """`init_weights=False` when a head model builds it and initialises everything once itself."""
+                 initialize: bool = True):
+        """`initialize=False` when a head model builds it and initialises everything once itself."""
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config, attn_implementation)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        if init_weights:
+        if initialize:
             self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
