@@ -124,8 +124,6 @@ INFERENCE_LEVERS = [
     ("unpadding (with packed attention)", {}, {"unpad": "never"}),
     ("packed attention (vs re-padding for attention)", {}, {"packed_attention": False}),
     ("oneDNN fp32 Linear in inference", {}, {"onednn_linear": "training"}),
-    ("grouped attention in bf16 (vs per-sequence SDPA)", {}, {"grouped_attention": False}),
-    ("residual sum as GEMM post-op in fp32", {}, {"fused_residual": False}),
 ]
 
 

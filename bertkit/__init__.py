@@ -11,8 +11,8 @@ from .heads import (  # noqa: E402
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
+    load_model,
 )
-from .hub import load_model  # noqa: E402
 from .model import BertModel  # noqa: E402
 
 

@@ -1,15 +1,71 @@
-"""Run-time choice of device and precision: CUDA when present, bf16 where the hardware has it."""
+"""Run-time choice of device and precision: CUDA when present, bf16 where the hardware has it,
+and what the CPU can run (`cpu_features`), which decides the CPU kernels (see bertkit/kernels/)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
+from pathlib import Path
 
 import torch
 
 from .errors import BertkitError
 
 PRECISIONS = ("auto", "fp32", "bf16")
+
+# oneDNN's ONEDNN_MAX_CPU_ISA values that allow AVX-512, bf16 dot products, AMX ("ALL": no cap).
+_ISA_WITH_AVX512 = ("AVX512", "AVX10", "ALL")
+_ISA_WITH_BF16 = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10", "AMX", "ALL")
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuFeatures:
+    avx512: bool  # AVX-512 (F + BW + VL): oneDNN's fp32 kernels beat MKL's AVX2 path
+    bf16: bool  # native bf16 dot products (AVX512_BF16 or AMX): oneDNN's bf16 inner product exists
+    amx: bool  # AMX tiles (bf16)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+@functools.cache
+def cpu_features() -> CpuFeatures:
+    """What this CPU can run, as oneDNN will see it: the CPU's flags, capped by the environment
+    variable ONEDNN_MAX_CPU_ISA (e.g. ONEDNN_MAX_CPU_ISA=AVX2 makes an AVX-512 machine behave as
+    an AVX2-only one, which is how the tests check the fallbacks). Cached: read once per process.
+
+    The kernel rule that follows (kernels/linear.py, docs/speed.md): the oneDNN fp32 Linear by default
+    only with `avx512`; direct oneDNN bf16 matmuls (and the fused bf16 GELU) only with `bf16`,
+    torch's own bf16 route elsewhere.
+    """
+    flags = _cpu_flags()
+    if flags:
+        avx512 = {"avx512f", "avx512bw", "avx512vl"} <= flags
+        amx = "amx_bf16" in flags
+        bf16 = avx512 and ("avx512_bf16" in flags or amx)
+    else:  # no /proc/cpuinfo (not Linux): ask torch
+        avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+        amx = False
+        bf16 = False
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).strip().upper() or "ALL"
+    avx512 = avx512 and cap.startswith(_ISA_WITH_AVX512)
+    bf16 = bf16 and any(part in cap for part in _ISA_WITH_BF16)
+    amx = amx and ("AMX" in cap or cap == "ALL")
+    try:  # oneDNN's own answer (it honours the cap too); absent from some builds
+        bf16 = bf16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        pass
+    return CpuFeatures(avx512=avx512, bf16=bf16, amx=amx)
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -24,18 +80,17 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 
 def bf16_supported(device: torch.device) -> bool:
+    """Native bf16 matmuls: elsewhere bf16 is emulated, slower than fp32 (it still runs)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        # Native bf16 dot products (AVX512-BF16 / AMX); elsewhere bf16 is emulated and slower than fp32.
-        try:
-            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            return False
+        return cpu_features().bf16
     return False
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
+    """"auto" is bf16 where the hardware has it, else fp32. An explicit "bf16" runs everywhere:
+    on a CPU without bf16 the bf16 matmuls take torch's (emulated, slower) route."""
     if precision not in PRECISIONS:
         raise BertkitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision == "auto":

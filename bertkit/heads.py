@@ -1,14 +1,24 @@
-"""Pre-training and task heads on top of BertModel (SPEC §4, §7), named as in Hugging Face."""
+"""Pre-training and task heads on top of BertModel (paper §3.1 pre-training tasks, §4 fine-tuning),
+named as in Hugging Face, and `load_model`, which builds the class a checkpoint names."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import BertConfig
+from .errors import BertkitError
 from .kernels import Linear, linear
 from .model import BertModel, BertPreTrainedModel, ModelOutput, activation
+from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
+
+
+def returned(output: ModelOutput, return_dict: bool):
+    """The output object, or with `return_dict=False` its tuple (loss first), as transformers."""
+    return output if return_dict else output.to_tuple()
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -61,17 +71,17 @@ def masked_lm_loss(head: BertLMPredictionHead, sequence_output, labels):
 
 
 class BertForPreTraining(BertPreTrainedModel):
-    """MLM + NSP (SPEC §4). loss = mean MLM cross-entropy + NSP cross-entropy."""
+    """MLM + NSP (paper §3.1, Tasks #1 and #2). loss = mean MLM cross-entropy + NSP cross-entropy."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, initialize=False)
         self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, next_sentence_label=None, output_hidden_states=False, **kw):
+                labels=None, next_sentence_label=None, output_hidden_states=False, return_dict=True, **kw):
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
         seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
         mlm_loss = nsp_loss = None
@@ -82,14 +92,14 @@ class BertForPreTraining(BertPreTrainedModel):
         if next_sentence_label is not None:
             nsp_loss = F.cross_entropy(seq_relationship_logits.float(), next_sentence_label.view(-1))
         losses = [l for l in (mlm_loss, nsp_loss) if l is not None]
-        return ModelOutput(
+        return returned(ModelOutput(
             loss=sum(losses) if losses else None,
-            mlm_loss=mlm_loss,
-            nsp_loss=nsp_loss,
             prediction_logits=prediction_logits,
             seq_relationship_logits=seq_relationship_logits,
             hidden_states=out.hidden_states,
-        )
+            mlm_loss=mlm_loss,  # after transformers' fields, so tuples line up with theirs
+            nsp_loss=nsp_loss,
+        ), return_dict)
 
 
 class BertForMaskedLM(BertPreTrainedModel):
@@ -99,20 +109,20 @@ class BertForMaskedLM(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, **kw):
+                labels=None, output_hidden_states=False, return_dict=True, **kw):
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
         loss = None
         if labels is not None:
             loss, logits = masked_lm_loss(self.cls.predictions, out.last_hidden_state, labels)
         else:
             logits = self.cls.predictions(out.last_hidden_state)
-        return ModelOutput(loss=loss, mlm_loss=loss, logits=logits, prediction_logits=logits,
-                           hidden_states=out.hidden_states)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                    mlm_loss=loss, prediction_logits=logits), return_dict)
 
 
 class BiLSTMOnTop(nn.Module):
@@ -135,7 +145,7 @@ class _TaskModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler)
+        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler, initialize=False)
         if config.bilstm_hidden_size:
             self.bilstm = BiLSTMOnTop(config)
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
@@ -160,7 +170,7 @@ class BertForSequenceClassification(_TaskModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, **kw):
+                labels=None, output_hidden_states=False, return_dict=True, **kw):
         _, pooled, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                                output_hidden_states, kw)
         logits = self.classifier(self.dropout(pooled))  # (B, K)
@@ -177,23 +187,25 @@ class BertForSequenceClassification(_TaskModel):
                 loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1))
             else:
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states), return_dict)
 
 
 class BertForQuestionAnswering(_TaskModel):
-    """Start and end vectors S, E (SPEC §7): logits S.T_i and E.T_i; loss (CE(start) + CE(end)) / 2."""
+    """Start and end vectors S, E (paper §4.2): logits S.T_i and E.T_i; loss (CE(start) + CE(end)) / 2."""
 
     uses_pooler = False
 
     def __init__(self, config: BertConfig):
-        # transformers sizes qa_outputs by num_labels: keep it 2 so checkpoints load there too.
-        config.num_labels, config.id2label = 2, None
+        # transformers sizes qa_outputs by num_labels: keep it 2 so checkpoints load there too
+        # (on a copy: the caller's config is left as it was).
+        if config.num_labels != 2 or config.id2label is not None:
+            config = config.replace(num_labels=2, id2label=None)
         super().__init__(config)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                start_positions=None, end_positions=None, output_hidden_states=False, **kw):
+                start_positions=None, end_positions=None, output_hidden_states=False, return_dict=True, **kw):
         seq, _, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                             output_hidden_states, kw)
         start_logits, end_logits = self.qa_outputs(seq).unbind(-1)  # (B, T) each
@@ -205,7 +217,8 @@ class BertForQuestionAnswering(_TaskModel):
             end = end_positions.view(-1).clamp(0, T)
             loss = (F.cross_entropy(start_logits.float(), start, ignore_index=T)
                     + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2
-        return ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states)
+        return returned(ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
+                                    hidden_states=hidden_states), return_dict)
 
 
 class BertForTokenClassification(_TaskModel):
@@ -220,14 +233,14 @@ class BertForTokenClassification(_TaskModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, **kw):
+                labels=None, output_hidden_states=False, return_dict=True, **kw):
         seq, _, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                             output_hidden_states, kw)
         logits = self.classifier(self.dropout(seq))  # (B, T, K)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
-        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states), return_dict)
 
 
 class BertForMultipleChoice(_TaskModel):
@@ -239,7 +252,7 @@ class BertForMultipleChoice(_TaskModel):
         self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, **kw):
+                labels=None, output_hidden_states=False, return_dict=True, **kw):
         B, C, T = input_ids.shape
 
         def flat(t):  # (B, C, T) -> (B*C, T)
@@ -249,7 +262,7 @@ class BertForMultipleChoice(_TaskModel):
                                                flat(position_ids), output_hidden_states, kw)
         logits = self.classifier(self.dropout(pooled)).view(B, C)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states), return_dict)
 
 
 TASK_CLASSES = {
@@ -257,3 +270,16 @@ TASK_CLASSES = {
     for cls in (BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
                 BertForQuestionAnswering, BertForTokenClassification, BertForMultipleChoice)
 }
+
+
+def load_model(directory: str | Path, **config_overrides) -> BertPreTrainedModel:
+    """Build whichever bertkit class config.json's `architectures` names (BertModel if none)."""
+    directory = Path(directory)
+    config = (OriginalCheckpoint.open(directory).config(directory / BERT_CONFIG_NAME)
+              if is_original_checkpoint(directory) else BertConfig.from_json_file(directory / "config.json"))
+    name = (config.architectures or ["BertModel"])[0]
+    if name == "BertLMHeadModel":
+        name = "BertForMaskedLM"
+    if name not in TASK_CLASSES:
+        raise BertkitError(f"architecture {name!r} is not a bertkit class", path=str(Path(directory) / "config.json"))
+    return TASK_CLASSES[name].from_pretrained(directory, config=config, **config_overrides)

@@ -153,19 +153,3 @@ class PreTrainedMixin:
                     type(self).__name__, "; ".join(parts))
         self.loading_info = {"missing_keys": missing, "unexpected_keys": sorted(unexpected)}
         return self.loading_info
-
-
-def load_model(directory: str | Path, **config_overrides):
-    """Build whichever bertkit class config.json's `architectures` names (BertModel if none)."""
-    from .config import BertConfig
-    from .heads import TASK_CLASSES
-
-    directory = Path(directory)
-    config = (OriginalCheckpoint.open(directory).config(directory / BERT_CONFIG_NAME)
-              if is_original_checkpoint(directory) else BertConfig.from_json_file(directory / "config.json"))
-    name = (config.architectures or ["BertModel"])[0]
-    if name == "BertLMHeadModel":
-        name = "BertForMaskedLM"
-    if name not in TASK_CLASSES:
-        raise BertkitError(f"architecture {name!r} is not a bertkit class", path=str(Path(directory) / "config.json"))
-    return TASK_CLASSES[name].from_pretrained(directory, config=config, **config_overrides)

@@ -1,22 +1,27 @@
-"""The BERT encoder (SPEC §2-3): embeddings, L post-LN Transformer layers, pooler.
+"""The BERT encoder (paper §3, "Model Architecture"): embeddings, L post-LN Transformer layers, pooler.
+
+This file says what BERT computes; how fast it runs sits behind one seam (the kernels package,
+docs/speed.md): a `layout` decided once per batch in BertModel.forward (the padded batch with
+its mask, or only its real tokens packed) runs attention, and the Linear / Dropout modules route
+their matmuls and masks to the kernels that pay on this machine. `eager_attention` below is the
+formula written out; the default ("sdpa") computes the same with torch's fused kernels.
 
 Module and parameter names follow Hugging Face's BERT so checkpoints map one to one.
-Shapes: B batch, T tokens, H hidden, A heads, D = H / A head size.
-How the layers compute (oneDNN Linear, fused QKV, attention and dropout kernels, unpadding) is
-set by the speed options in kernels.py; what they compute is the same either way.
+Shapes: B batch, T tokens, N real tokens of a packed batch, H hidden, A heads, D = H / A head size.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import kernels
 from .config import BertConfig
 from .errors import BertkitError
 from .hub import PreTrainedMixin
-from .kernels import Dropout, Linear
+from .kernels import Dropout, Linear, Padded, layout_for, linear_act, project_qkv
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact (erf) GELU, as the paper
@@ -35,7 +40,8 @@ def activation(name: str):
 
 
 class ModelOutput(dict):
-    """Outputs by attribute (`out.loss`) or key (`out["loss"]`), like transformers'; None fields are left out."""
+    """Outputs by attribute (`out.loss`) or key (`out["loss"]`), like transformers'; None fields are
+    left out. `to_tuple()` (what `return_dict=False` returns) keeps the field order: loss first."""
 
     def __init__(self, **fields):
         super().__init__({k: v for k, v in fields.items() if v is not None})
@@ -45,13 +51,37 @@ class ModelOutput(dict):
             raise AttributeError(name)
         return self.get(name)
 
-    def __getitem__(self, key):
-        if isinstance(key, int):  # tuple-style access, as transformers allows
-            return list(self.values())[key]
-        return super().__getitem__(key)
-
     def to_tuple(self) -> tuple:
         return tuple(self.values())
+
+
+def eager_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v per head (Vaswani et al. 2017, §3.2), written out.
+
+    q, k, v: (B, T, H), or (N, H) for a packed layout (padded back here); returns the same shape.
+    Masked keys get the dtype's lowest value before the softmax, as transformers' eager attention.
+    """
+    packed = q.dim() == 2
+    if packed:
+        q, k, v = (layout.unpadded.pad(t) for t in (q, k, v))  # (N, H) -> (B, T, H)
+    B, T, H = q.shape
+    q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, T, H) -> (B, A, T, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(H // heads)  # (B, A, T, T)
+    mask = layout.full_mask(T, q.device)  # None or bool (B|1, 1, 1|T, T), True = may attend
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    probs = dropout(torch.softmax(scores, -1))  # (B, A, T, T)
+    ctx = (probs @ v).transpose(1, 2).reshape(B, T, H)  # (B, A, T, D) -> (B, T, H)
+    return layout.unpadded.unpad(ctx) if packed else ctx
+
+
+def sdpa_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
+    """The same with the layout's kernels (SDPA, or per sequence on packed rows; kernels/layout.py)."""
+    return layout.attention(q, k, v, heads, dropout.p if dropout.training else 0.0)
+
+
+# Chosen per model at construction, as transformers' attention-implementation registry.
+ATTENTION_IMPLEMENTATIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
 
 
 class BertEmbeddings(nn.Module):
@@ -65,8 +95,9 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, position_ids=None):
         T = input_ids.shape[1]
-        if T > self.position_embeddings.num_embeddings:
-            raise BertkitError(f"sequence length {T} exceeds max_position_embeddings {self.position_embeddings.num_embeddings}")
+        limit = self.position_embeddings.num_embeddings
+        if T > limit:
+            raise BertkitError(f"sequence length {T} exceeds max_position_embeddings {limit}")
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device)  # (T,), broadcast over B
         x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)  # (B, T, H)
@@ -78,48 +109,28 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-    def __init__(self, config: BertConfig):
+    """Multi-head self-attention: A heads of scaled dot-product attention over D = H / A dimensions."""
+
+    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
         super().__init__()
         self.num_heads = config.num_attention_heads
-        self.head_size = config.hidden_size // config.num_attention_heads
         self.query = Linear(config.hidden_size, config.hidden_size)
         self.key = Linear(config.hidden_size, config.hidden_size)
         self.value = Linear(config.hidden_size, config.hidden_size)
-        self.dropout_p = config.attention_probs_dropout_prob
-        self.is_causal = config.is_decoder
+        self.dropout = Dropout(config.attention_probs_dropout_prob)  # on the attention probabilities
+        self.set_implementation(implementation)
 
-    def forward(self, x, attn_mask=None, unpadded=None):
-        # x: (B, T, H), or (N, H): only the batch's N real tokens, which `unpadded` places.
-        qkv = self.project_qkv(x)  # (..., 3H)
-        dropout_p = self.dropout_p if self.training else 0.0
-        if unpadded is not None and kernels.options.packed_attention:
-            # Each sequence's real tokens are consecutive rows: attend within them, no re-padding.
-            if kernels.grouped_attention_pays(qkv, dropout_p, self.is_causal):
-                return kernels.grouped_attention(qkv, unpadded.attention_groups(), self.num_heads)
-            return kernels.packed_attention(qkv, unpadded.lengths, self.num_heads, dropout_p, self.is_causal)
-        if unpadded is not None:
-            qkv = unpadded.pad(qkv)  # attention in the (B, T) layout
-        B, T, _ = qkv.shape
-        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, D)
-        # attn_mask: None or bool (B, 1, 1|T, T), True = may attend. Causal + no padding uses the fast flag.
-        ctx = kernels.attention(
-            q, k, v,
-            attn_mask=attn_mask,
-            dropout_p=dropout_p,
-            is_causal=self.is_causal and attn_mask is None,
-        )  # (B, A, T, D)
-        ctx = ctx.transpose(1, 2).reshape(B, T, -1)  # (B, T, H)
-        return unpadded.unpad(ctx) if unpadded is not None else ctx
+    def set_implementation(self, name: str):
+        if name not in ATTENTION_IMPLEMENTATIONS:
+            raise BertkitError(f"attention implementation {name!r} is unknown; choose from "
+                               f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
+        self.implementation = name
+        self.attend = ATTENTION_IMPLEMENTATIONS[name]
 
-    def project_qkv(self, x):
-        """Query, key and value side by side, (..., H) -> (..., 3H). With the `fused_qkv` speed option
-        one GEMM on the concatenated weights; the checkpoint keeps query / key / value."""
-        layers = (self.query, self.key, self.value)
-        if kernels.options.fused_qkv:
-            weight = torch.cat([layer.weight for layer in layers])  # (3H, H)
-            bias = torch.cat([layer.bias for layer in layers])
-            return kernels.linear(x, weight, bias)
-        return torch.cat([layer(x) for layer in layers], -1)
+    def forward(self, x, layout: Padded):
+        # x: (B, T, H), or (N, H) when the layout packs the real tokens; the same shape comes out.
+        q, k, v = project_qkv(x, self.query, self.key, self.value)  # 3 x (..., H)
+        return self.attend(q, k, v, layout, self.num_heads, self.dropout)  # (..., H)
 
 
 class BertSelfOutput(nn.Module):
@@ -131,21 +142,18 @@ class BertSelfOutput(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, h, residual):
-        if (not self.training or self.dropout.p == 0.0) and type(self.dense) is Linear:
-            # No dropout between projection and residual: the sum can be the GEMM's post-op.
-            return self.LayerNorm(kernels.linear_add(h, self.dense.weight, self.dense.bias, residual))
+    def forward(self, h, residual):  # (..., in) , (..., H) -> (..., H)
         return self.LayerNorm(self.dropout(self.dense(h)) + residual)
 
 
 class BertAttention(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
         super().__init__()
-        self.self = BertSelfAttention(config)
+        self.self = BertSelfAttention(config, implementation)
         self.output = BertSelfOutput(config, config.hidden_size)
 
-    def forward(self, x, attn_mask=None, unpadded=None):
-        return self.output(self.self(x, attn_mask, unpadded), x)
+    def forward(self, x, layout: Padded):
+        return self.output(self.self(x, layout), x)
 
 
 class BertIntermediate(nn.Module):
@@ -153,41 +161,37 @@ class BertIntermediate(nn.Module):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intermediate_size)
         self.act = activation(config.hidden_act)
-        self.exact_gelu = config.hidden_act == "gelu"
 
     def forward(self, x):  # (..., H) -> (..., 4H)
-        if self.exact_gelu and type(self.dense) is Linear:  # a swapped-in layer (adapter, quantised) runs as is
-            return kernels.linear_gelu(x, self.dense.weight, self.dense.bias)
-        return self.act(self.dense(x))
+        return linear_act(self.dense, self.act, x)  # act(dense(x)); one fused GEMM where it pays
 
 
 class BertLayer(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
         super().__init__()
-        self.attention = BertAttention(config)
+        self.attention = BertAttention(config, implementation)
         self.intermediate = BertIntermediate(config)
         self.output = BertSelfOutput(config, config.intermediate_size)  # 4H -> H, residual, LayerNorm
 
-    def forward(self, x, attn_mask=None, unpadded=None):
-        x = self.attention(x, attn_mask, unpadded)
+    def forward(self, x, layout: Padded):
+        x = self.attention(x, layout)
         return self.output(self.intermediate(x), x)
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(BertLayer(config, implementation) for _ in range(config.num_hidden_layers))
 
-    def forward(self, x, attn_mask=None, output_hidden_states=False, unpadded=None):
-        """x: (B, T, H). With `unpadded`, the layers see only the real tokens (N, H); the result is re-padded."""
+    def forward(self, x, layout: Padded, output_hidden_states=False):
+        """(B, T, H) -> (B, T, H); the layers see the layout's rows ((N, H) when packed)."""
         hidden_states = [x] if output_hidden_states else None
-        if unpadded is not None:
-            x = unpadded.unpad(x)  # (B, T, H) -> (N, H)
+        x = layout.enter(x)
         for layer in self.layer:
-            x = layer(x, attn_mask, unpadded)
+            x = layer(x, layout)
             if output_hidden_states:
-                hidden_states.append(unpadded.pad(x) if unpadded is not None else x)
-        return (unpadded.pad(x) if unpadded is not None else x), hidden_states
+                hidden_states.append(layout.leave(x))
+        return layout.leave(x), hidden_states
 
 
 class BertPooler(nn.Module):
@@ -200,17 +204,6 @@ class BertPooler(nn.Module):
             return torch.tanh(self.dense(x[:, 0]))  # (B, T, H) -> (B, H) from [CLS]
         # A left-to-right model's [CLS] has seen nothing: pool its last real token, as GPT does.
         return torch.tanh(self.dense(x[torch.arange(x.shape[0], device=x.device), last_index]))
-
-
-def attention_mask_for_sdpa(attention_mask, is_causal: bool, T: int):
-    """(B, T) 1/0 padding mask -> bool (B, 1, 1|T, T) for SDPA, or None when nothing is masked."""
-    if attention_mask is None or bool(attention_mask.all()):
-        return None  # no padding: SDPA's unmasked (or is_causal) fast path
-    mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that may be attended
-    if is_causal:
-        causal = torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()
-        mask = mask & causal  # (B, 1, T, T)
-    return mask
 
 
 def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
@@ -235,7 +228,8 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
     config_class = BertConfig
 
     def init_weights(self):
-        """SPEC §3: N(0, 0.02) truncated at 2 std, biases 0, LayerNorm weight 1."""
+        """As the released BERT: N(0, 0.02) truncated at 2 std, biases 0, LayerNorm weight 1.
+        Each model class calls it once, at the end of its own __init__."""
         std = self.config.initializer_range
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -248,34 +242,54 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """Parameter count, as transformers' (tied matrices once)."""
+        skip = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)} if exclude_embeddings else set()
+        return sum(p.numel() for p in self.parameters()
+                   if id(p) not in skip and (p.requires_grad or not only_trainable))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(p.dtype for p in self.parameters() if p.is_floating_point())
+
+    def set_attention_implementation(self, name: str):
+        """"sdpa" (default: torch's fused kernels, unpadding) or "eager" (the formula written out)."""
         for module in self.modules():
-            if hasattr(module, "reset_extra_parameters"):
-                module.reset_extra_parameters()
+            if isinstance(module, BertSelfAttention):
+                module.set_implementation(name)
+        return self
 
 
 class BertModel(BertPreTrainedModel):
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, attn_implementation: str = "sdpa",
+                 initialize: bool = True):
+        """`initialize=False` when a head model builds it and initialises everything once itself."""
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
-        self.encoder = BertEncoder(config)
+        self.encoder = BertEncoder(config, attn_implementation)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        self.init_weights()
+        if initialize:
+            self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 output_hidden_states=False, return_dict=True, **unused):
         _reject_unknown(unused)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
-        mask = attention_mask_for_sdpa(attention_mask, self.config.is_decoder, input_ids.shape[1])
-        unpadded = kernels.unpadding_for(attention_mask) if mask is not None else None
-        x, hidden_states = self.encoder(x, mask, output_hidden_states, unpadded)
+        layout = layout_for(attention_mask, self.config.is_decoder, input_ids.shape[1])  # decided once per batch
+        x, hidden_states = self.encoder(x, layout, output_hidden_states)
         pooled = self.pool(x, attention_mask) if self.pooler is not None else None
-        return ModelOutput(
+        output = ModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
         )
-
+        return output if return_dict else output.to_tuple()
 
     def pool(self, sequence_output, attention_mask=None):
         """Pooled vector: [CLS] for the bidirectional model, the last real token for the LTR model."""
@@ -288,8 +302,8 @@ class BertModel(BertPreTrainedModel):
 
 
 def _reject_unknown(unused: dict):
-    # transformers passes these; they do not change what we compute.
-    unused = {k: v for k, v in unused.items() if k not in ("return_dict", "output_attentions") or v}
+    # transformers passes this; it does not change what we compute.
+    unused = {k: v for k, v in unused.items() if k != "output_attentions" or v}
     if unused:
         raise TypeError(f"unexpected arguments: {', '.join(unused)}")
 
@@ -298,4 +312,5 @@ def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["BertModel", "BertPreTrainedModel", "ModelOutput", "param_count"]
+__all__ = ["BertModel", "BertPreTrainedModel", "ModelOutput", "ATTENTION_IMPLEMENTATIONS", "eager_attention",
+           "param_count"]

@@ -151,7 +151,7 @@ def test_pretraining_checkpoint_into_classifier_reports_once(tmp_path, caplog):
     assert str(tmp_path / "model.safetensors") in message
     assert classifier.loading_info["missing_keys"] == ["classifier.bias", "classifier.weight"]
     assert classifier.classifier.weight.shape == (4, 128)
-    # Encoder and pooler come from the checkpoint; the new head is freshly initialised (SPEC §3).
+    # Encoder and pooler come from the checkpoint; the new head is freshly initialised (N(0, 0.02), as the released BERT).
     for key, tensor in pretrained.bert.state_dict().items():
         assert torch.equal(classifier.bert.state_dict()[key], tensor), key
     assert torch.all(classifier.classifier.bias == 0)

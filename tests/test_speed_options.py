@@ -1,9 +1,15 @@
-"""Every speed option in bertkit/kernels.py against its reference path: oneDNN Linear against
+"""Every speed option in bertkit/kernels/ against its reference path: oneDNN Linear against
 float64 matmuls and F.linear, the written-out attention against SDPA, fast dropout masks against
 the Bernoulli statistics they must have, unpadding and fused QKV against the padded / separate
-model (and transformers), and bf16 training against fp32 training on the same batches."""
+model (and transformers), bf16 training against fp32 training on the same batches, the traced
+model against the eager one, and the CPU-feature fallbacks on an emulated AVX2-only CPU."""
 
+import dataclasses
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -11,8 +17,11 @@ import torch.nn.functional as F
 
 import bertkit
 from bertkit import BertConfig, kernels
+from bertkit.device import cpu_features
 from bertkit.errors import BertkitError
 from bertkit.kernels import speed_options
+from bertkit.kernels.attention import _explicit_attention_pays
+from bertkit.kernels.options import _from_environment
 
 
 @pytest.fixture(autouse=True)
@@ -70,13 +79,18 @@ def test_onednn_linear_modes_and_fallbacks():
     assert torch.equal(inference, reference) and torch.equal(never, reference)
     torch.testing.assert_close(always, reference, rtol=1e-5, atol=1e-6)
     b = torch.randn(4)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torch.profiler.profile() as profile:
         autocast_reference = F.linear(x, w, b)
         with speed_options(onednn_linear="always"):  # oneDNN directly on the operands autocast would make
             direct = kernels.linear(x, w, b)
         with speed_options(onednn_linear="training"):
             assert torch.equal(kernels.linear(x, w, b), autocast_reference)
     assert direct.dtype == torch.bfloat16
+    # The direct bf16 kernel where the CPU has bf16; torch's own route (the same as autocast) elsewhere.
+    direct_call = any("_linear_pointwise" in event.name for event in profile.events())
+    assert direct_call == cpu_features().bf16
+    if not cpu_features().bf16:
+        assert torch.equal(direct, autocast_reference)
     exact = F.linear(x.bfloat16().double(), w.bfloat16().double(), b.bfloat16().double())
     assert rel_err(direct.float(), exact) < 1e-2 and rel_err(autocast_reference.float(), exact) < 1e-2
     with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast with gradients: plain F.linear, cast to bf16
@@ -149,7 +163,7 @@ def test_explicit_attention_rows_with_nothing_to_attend_are_zero_not_nan():
 
 def test_explicit_attention_chosen_where_it_pays():
     q, k, v = attention_inputs()
-    auto = kernels._explicit_attention_pays
+    auto = _explicit_attention_pays
     assert auto(q, 0.1)  # training with dropout: SDPA would take its math path
     assert not auto(q, 0.0)  # fp32 training without dropout: SDPA's fused kernel
     assert auto(q.detach().bfloat16().requires_grad_(), 0.0)  # bf16 training
@@ -188,7 +202,7 @@ def test_packed_attention_matches_masked_padded_attention_with_gradients(mode, c
     padded = qkv.clone().requires_grad_()
     grad_out = torch.randn(B, T, H, generator=g)
     with speed_options(attention=mode):
-        ours = kernels.packed_attention(packed, lengths, A, is_causal=causal)
+        ours = kernels.packed_attention(*packed.chunk(3, -1), lengths, A, is_causal=causal)
         q, k, v = padded.view(B, T, 3, A, D).permute(2, 0, 3, 1, 4)
         attn_mask = mask[:, None, None, :] & (torch.ones(T, T, dtype=torch.bool).tril() if causal else True)
         reference = kernels.attention(q, k, v, attn_mask=attn_mask).transpose(1, 2).reshape(B, T, H)
@@ -427,12 +441,17 @@ def test_fused_qkv_is_the_same_projection():
     layer = randomized(bertkit.BertModel(tiny_config())).encoder.layer[0].attention.self
     x = torch.randn(2, 5, layer.query.in_features)
     with speed_options(fused_qkv=True):
-        fused = layer.project_qkv(x)
+        fused = torch.cat(kernels.project_qkv(x, layer.query, layer.key, layer.value), -1)
     with speed_options(fused_qkv=False):
-        separate = layer.project_qkv(x)
+        separate = torch.cat(kernels.project_qkv(x, layer.query, layer.key, layer.value), -1)
     expected = torch.cat([layer.query(x), layer.key(x), layer.value(x)], -1)
     torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(separate, expected, rtol=0, atol=0)
+    # A swapped-in layer (here a plain nn.Linear, as an adapter would be) runs as it is.
+    plain = torch.nn.Linear(layer.query.in_features, layer.query.out_features)
+    with speed_options(fused_qkv=True):
+        q, _, _ = kernels.project_qkv(x, plain, layer.key, layer.value)
+    torch.testing.assert_close(q, plain(x), rtol=0, atol=0)
 
 
 def test_bf16_inference_with_speed_options_tracks_fp32():
@@ -507,113 +526,117 @@ def test_speed_options_are_restored_and_validated():
             pass
 
 
+def test_removed_speed_options_are_accepted_and_ignored_for_one_release(monkeypatch, caplog):
+    """grouped_attention and fused_residual (measured ~1.05x and ~1.0x) were removed; old settings
+    still parse, with a warning, and change nothing."""
+    before = dataclasses.asdict(kernels.options)
+    with caplog.at_level("WARNING", logger="bertkit"), speed_options(grouped_attention=False, fused_residual=True):
+        assert dataclasses.asdict(kernels.options) == before
+    assert "grouped_attention was removed" in caplog.text and "fused_residual was removed" in caplog.text
+    monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "grouped_attention=0,unpad=never")
+    assert _from_environment().unpad == "never"
+
+
 def test_speed_options_from_the_environment(monkeypatch):
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "onednn_linear=never, unpad_min_saved_tokens=7,fast_dropout=0")
-    options = kernels._from_environment()
+    options = _from_environment()
     assert (options.onednn_linear, options.unpad_min_saved_tokens, options.fast_dropout) == ("never", 7, False)
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "fast_dropout=maybe")
     with pytest.raises(BertkitError, match="BERTKIT_SPEED_OPTIONS"):
-        kernels._from_environment()
+        _from_environment()
 
 
-# ---------------------------------------------------------------- grouped attention, fused residual
 
 
-def packed_rows(lengths, H, extra, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(sum(lengths) + extra, 3 * H, generator=g)
+# ---------------------------------------------------------------- export and CPU features
 
 
-@pytest.mark.parametrize("lengths", [[40, 1, 17, 40, 2, 33, 9, 25, 0, 38], [16, 16, 16], [1], [7, 40, 39]])
-def test_grouped_attention_matches_per_sequence_attention(lengths):
-    """Sequences of mixed lengths (1, full length, equal lengths, an empty one) grouped by length
-    against SDPA run sequence by sequence, in fp32 (tight) and bf16 (against the fp32 result)."""
-    A, D, extra = 2, 8, 5
-    H = A * D
-    packed = packed_rows(lengths, H, extra)
-    groups = kernels.AttentionGroups(lengths, packed.shape[0], waste=0.1, key_multiple=16)
-    with speed_options(attention="sdpa"):
-        reference = kernels.packed_attention(packed, lengths, A)
-    ours = kernels.grouped_attention(packed.clone(), groups, A)
-    assert ours.shape == reference.shape
-    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
-    assert ours[-extra:].abs().max() == 0  # rows of no sequence: zeros
-    bf16 = kernels.grouped_attention(packed.bfloat16(), groups, A)
-    assert bf16.dtype == torch.bfloat16
-    torch.testing.assert_close(bf16.float(), reference, rtol=0.03, atol=0.03)
-    for offset, count, width, key_lengths in groups.groups:  # keys rounded to 16, waste bounded
-        assert width % 16 == 0 and count >= 1
-
-
-def test_attention_groups_cover_every_sequence_once_within_the_waste_bound():
-    lengths = [5, 120, 64, 1, 128, 77, 77, 30, 99, 16]
-    groups = kernels.AttentionGroups(lengths, sum(lengths) + 3, waste=0.1, key_multiple=1)
-    assert sorted(groups.inverse[:sum(lengths)].tolist()) == sorted(set(groups.inverse[:sum(lengths)].tolist()))
-    assert (groups.inverse[-3:] == groups.padded_rows).all()  # the zero row
-    assert sum(count for _, count, _, _ in groups.groups) == len(lengths)
-    # every packed row is gathered back from the position it was gathered to
-    assert torch.equal(groups.index[groups.inverse[:sum(lengths)]], torch.arange(sum(lengths)))
-    for _, count, width, key_lengths in groups.groups:
-        real = int(key_lengths.sum()) if key_lengths is not None else count * width
-        assert count == 1 or count * width <= 1.1 * real
-
-
-def test_grouped_attention_chosen_only_for_bf16_inference():
-    qkv = torch.randn(6, 12)
-    pays = kernels.grouped_attention_pays
+@pytest.mark.parametrize("causal", [False, True])
+def test_traced_default_model_handles_any_padding(causal):
+    """torch.jit.trace of the default inference model, traced on a batch without padding, gives the
+    eager outputs on padded variable-length batches (and the reverse): the trace records the
+    plain padded path with its mask, not the branch the tracing batch happened to take."""
+    model = randomized(bertkit.BertForSequenceClassification(tiny_config(num_labels=3, is_decoder=causal))).eval()
+    full = padded_batch([40, 40, 40, 40])
     with torch.no_grad():
-        assert pays(qkv.bfloat16(), 0.0, False)
-        assert not pays(qkv, 0.0, False)  # fp32: SDPA is faster
-        assert not pays(qkv.bfloat16(), 0.1, False) and not pays(qkv.bfloat16(), 0.0, True)
-        with speed_options(grouped_attention=False):
-            assert not pays(qkv.bfloat16(), 0.0, False)
-    assert not pays(qkv.bfloat16().requires_grad_(), 0.0, False)  # training: per-sequence attention
+        traced = torch.jit.trace(model, (full["input_ids"], full["attention_mask"], full["token_type_ids"]),
+                                 strict=False)
+        traced_encoder = torch.jit.trace(model.bert, (full["input_ids"], full["attention_mask"]), strict=False)
+        for lengths in ([40, 1, 17, 40, 2, 33, 9, 25], [12, 5, 3], [40, 40]):
+            batch = padded_batch(lengths)
+            ids, mask, types = batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]
+            torch.testing.assert_close(traced(ids, mask, types)["logits"], model(**batch).logits, rtol=1e-4, atol=1e-4)
+            real = mask.bool()
+            torch.testing.assert_close(traced_encoder(ids, mask)["last_hidden_state"][real],
+                                       model.bert(ids, mask).last_hidden_state[real], rtol=1e-4, atol=1e-4)
 
 
-def test_grouped_attention_model_matches_per_sequence_and_transformers_in_bf16(tmp_path, monkeypatch):
-    """bf16 inference with grouped attention against the same model with per-sequence SDPA, the
-    padded model in fp32 and transformers under the same autocast, at real positions."""
-    import transformers
-
+def test_exported_default_model_handles_any_padding():
+    """torch.export (what torch.onnx.export builds on) of the default encoder, recorded on a batch
+    without padding, gives the eager outputs on a padded batch of the same shape."""
     model = randomized(bertkit.BertModel(tiny_config())).eval()
-    model.save_pretrained(tmp_path)
-    theirs = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
-    batch = padded_batch([40, 3, 17, 29, 1, 40, 8, 33, 39, 12])
+    full = padded_batch([40, 40, 40, 40])
+    program = torch.export.export(model, (full["input_ids"], full["attention_mask"]), {"return_dict": False})
+    batch = padded_batch([40, 1, 17, 33])
     real = batch["attention_mask"].bool()
     with torch.no_grad():
-        with speed_options(unpad="never"):
-            fp32 = model(**batch).last_hidden_state
-        with torch.autocast("cpu", dtype=torch.bfloat16), speed_options(unpad="always"):
-            calls, original = [], kernels.grouped_attention
-            monkeypatch.setattr(kernels, "grouped_attention", lambda *a: calls.append(1) or original(*a))
-            grouped = model(**batch).last_hidden_state.float()
-            monkeypatch.undo()
-            with speed_options(grouped_attention=False):
-                per_sequence = model(**batch).last_hidden_state.float()
-            reference = theirs(**batch).last_hidden_state.float()
-    assert calls  # the grouped path ran
-    for other in (per_sequence, reference):
-        difference = (grouped - other)[real].abs()
-        assert difference.mean() < 0.02 and difference.max() < 0.15
-    for bf16 in (grouped, reference):  # both track fp32 equally well
+        exported = program.module()(batch["input_ids"], batch["attention_mask"], return_dict=False)
+        eager = model(batch["input_ids"], batch["attention_mask"], return_dict=False)
+    assert len(exported) == len(eager) == 2  # last_hidden_state, pooler_output
+    torch.testing.assert_close(exported[0][real], eager[0][real], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(exported[1], eager[1], rtol=1e-4, atol=1e-4)
+
+
+AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+AVX2_SCRIPT = textwrap.dedent("""
+    import torch
+    import torch.nn.functional as F
+
+    import bertkit
+    from bertkit import BertConfig, kernels
+    from bertkit.device import cpu_features, resolve_precision
+
+    torch.set_num_threads(1)
+    features = cpu_features()
+    assert not features.avx512 and not features.bf16, features
+    assert kernels.options.onednn_linear == "never"  # the stock torch Linear without AVX-512
+    assert resolve_precision("auto", torch.device("cpu")) == "fp32"
+    # The emulation is real: oneDNN has no bf16 inner product here (what crashed on Zen 3).
+    x, w = torch.randn(6, 8).bfloat16(), torch.randn(4, 8).bfloat16()
+    try:
+        torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+        raise SystemExit("oneDNN bf16 inner product ran: the AVX2 emulation did not take")
+    except RuntimeError as e:
+        assert "primitive descriptor" in str(e), e
+    # bf16 inference and training with every speed option on (they must route around it).
+    torch.manual_seed(0)
+    config = BertConfig.preset("mini", vocab_size=200, max_position_embeddings=64)
+    model = bertkit.BertForPreTraining(config)
+    ids = torch.randint(1, 200, (6, 40))
+    mask = (torch.arange(40)[None] < torch.tensor([40, 3, 17, 29, 1, 40])[:, None]).long()
+    real = mask.bool()
+    with kernels.speed_options(onednn_linear="always", unpad="always"):
+        model.eval()
+        with torch.no_grad():
+            fp32 = model.bert(ids * mask, mask).last_hidden_state
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                bf16 = model.bert(ids * mask, mask).last_hidden_state.float()
         assert (bf16 - fp32)[real].abs().mean() < 0.02
-    assert (grouped - fp32)[real].abs().mean() < 1.5 * (reference - fp32)[real].abs().mean() + 1e-3
+        model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(ids * mask, mask, labels=torch.where(real, ids, -100)).loss
+        loss.backward()
+        assert torch.isfinite(loss)
+    print("fallbacks ok")
+""")
 
 
-@needs_onednn
-def test_linear_add_fuses_only_in_fp32_onednn_inference_and_matches_float64():
-    g = torch.Generator().manual_seed(0)
-    x, w, b, r = (torch.randn(*shape, generator=g) for shape in ((37, 24), (16, 24), (16,), (37, 16)))
-    exact = F.linear(x.double(), w.double(), b.double()) + r.double()
-    with torch.no_grad():
-        fused = kernels.linear_add(x, w, b, r)
-        with speed_options(fused_residual=False):
-            unfused = kernels.linear_add(x, w, b, r)
-        with speed_options(onednn_linear="training"):
-            mkl = kernels.linear_add(x, w, b, r)
-    assert rel_err(fused, exact) < 1e-6 and rel_err(unfused, exact) < 1e-6 and rel_err(mkl, exact) < 1e-6
-    torch.testing.assert_close(fused, unfused, rtol=1e-6, atol=1e-6)
-    xg = x.clone().requires_grad_()  # with gradients: the unfused, differentiable path
-    out = kernels.linear_add(xg, w, b, r)
-    out.sum().backward()
-    torch.testing.assert_close(xg.grad, w.sum(0).expand_as(x), rtol=1e-5, atol=1e-5)
+def test_avx2_only_cpu_falls_back_to_kernels_it_has():
+    """An AVX-512 machine emulating an AVX2-only CPU (oneDNN and MKL capped to AVX2): the features
+    read as AVX2-only, the default Linear is torch's, and bf16 autocast (inference and training,
+    even with the oneDNN options forced on) runs instead of failing to create a oneDNN primitive."""
+    env = {**os.environ, **AVX2_ONLY, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", AVX2_SCRIPT], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and "fallbacks ok" in result.stdout, result.stderr[-3000:]

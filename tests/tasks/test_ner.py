@@ -408,7 +408,7 @@ def test_tiny_finetune_learns(conll_dir, tmp_path, capsys):
     assert dev_f1 > 0.15 and dev_f1 > baseline + 0.05, (dev_f1, baseline)
 
     # The saved model reloads and predicts the same tags.
-    from bertkit.hub import load_model
+    from bertkit.heads import load_model
 
     reloaded = load_model(out)
     tok = load_tokenizer(out)

@@ -1,0 +1,65 @@
+"""softmax(q k^T / sqrt(D) + mask) v: torch's SDPA, the formula written out where SDPA is slow on
+the CPU, and attention on packed rows sequence by sequence."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .dropout import dropout
+from .options import options
+
+
+def _explicit_attention_pays(q: torch.Tensor, dropout_p: float) -> bool:
+    """Written-out attention where torch's CPU SDPA is slow: training with dropout (SDPA then
+    takes its unfused math path) and bf16 training (its fused bf16 backward took twice as long)."""
+    if options.attention != "auto":
+        return options.attention == "explicit"
+    training = torch.is_grad_enabled() and q.requires_grad
+    return q.device.type == "cpu" and training and (dropout_p > 0.0 or q.dtype == torch.bfloat16)
+
+
+def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
+    """softmax(q k^T / sqrt(D) + mask) v for (B, A, T, D) inputs; attn_mask bool, True = may attend.
+
+    torch's SDPA, or (see `options.attention`) the same formula written out; rows with nothing to
+    attend to give zeros in both.
+    """
+    if not _explicit_attention_pays(q, dropout_p):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+    T = q.shape[-2]
+    # The scale on q (T x D) rather than on the scores (T x T): a smaller pass, exact for D = 64.
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, A, T, T)
+    if is_causal:
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        attn_mask = causal if attn_mask is None else attn_mask & causal
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+        probs = torch.ops.aten._safe_softmax(scores, -1)  # a row with nothing to attend gives zeros
+    else:
+        probs = torch.softmax(scores, -1)  # every row has keys (a causal row at least itself)
+    return dropout(probs, dropout_p) @ v  # (B, A, T, D)
+
+
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: list[int], heads: int,
+                     dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+    """Attention on packed tokens: (N, H) query, key and value rows, sequence after sequence
+    (`lengths` rows each, then rows belonging to none) -> (N, H) context, zeros for those last rows.
+
+    Each sequence attends within itself (block-diagonal attention) without a mask and without
+    re-padding: per-sequence work is sum(L^2) instead of B * T^2, and the unmasked kernels are
+    the fast ones. Differentiable (slices and `attention`).
+    """
+    N, H = q.shape
+    parts, start = [], 0
+    for L in lengths:
+        if L == 0:
+            continue
+        # (L, H) rows of this sequence -> (1, A, L, D)
+        q_, k_, v_ = (t[start:start + L].view(1, L, heads, H // heads).transpose(1, 2) for t in (q, k, v))
+        ctx = attention(q_, k_, v_, dropout_p=dropout_p, is_causal=is_causal)  # (1, A, L, D)
+        parts.append(ctx.transpose(1, 2).reshape(L, H))
+        start += L
+    if start < N:
+        parts.append(q.new_zeros(N - start, H))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]

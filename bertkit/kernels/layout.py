@@ -1,0 +1,132 @@
+"""The batch layout BertModel decides once per batch: padded (B, T) rows with a key mask, or only
+the real tokens packed (N, H); each runs attention for its own shape."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .attention import attention, packed_attention
+from .options import exporting, options
+
+
+class Padded:
+    """The batch as it comes, (B, T, H) rows; attention masks the padding keys.
+
+    mask: None (nothing to mask) or bool (B, 1, 1|T, T), True = may attend, causal part included;
+    `causal` alone (no mask) lets SDPA take its fast causal path. `plain`: SDPA whatever the
+    options say (while exporting).
+    """
+
+    def __init__(self, mask: torch.Tensor | None, causal: bool, plain: bool = False):
+        self.mask = mask
+        self.causal = causal
+        self.plain = plain
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # (B, T, H)
+
+    def leave(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # (B, T, H)
+
+    def full_mask(self, T: int, device) -> torch.Tensor | None:
+        """The whole mask, causal part included, for attention written out: None when nothing is masked."""
+        if self.causal and self.mask is None:
+            return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        return self.mask
+
+    def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
+        """(B, T, H) query, key, value -> (B, T, H) context."""
+        B, T, H = q.shape
+        q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
+        run = F.scaled_dot_product_attention if self.plain else attention
+        causal_flag = self.causal and self.mask is None
+        ctx = run(q, k, v, attn_mask=self.mask, dropout_p=dropout_p, is_causal=causal_flag)  # (B, A, T, D)
+        return ctx.transpose(1, 2).reshape(B, T, H)
+
+
+class Unpadded:
+    """Where the real tokens of a padded (B, T) batch sit: `unpad` gathers them, `pad` puts them back.
+
+    Packed order: sequence 0's real tokens, then sequence 1's, ... (`lengths` tokens each), then
+    the few padding positions that round the row count up to a multiple of `multiple`: those
+    rows are computed like tokens, never attended to, and dropped again.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor, multiple: int = 1):
+        self.batch, self.length = attention_mask.shape
+        real = attention_mask.reshape(-1) != 0
+        index = real.nonzero().squeeze(1)
+        self.lengths = (attention_mask != 0).sum(1).tolist()  # real tokens per sequence, in packed order
+        extra = (-index.numel()) % max(1, multiple)
+        if extra:
+            index = torch.cat([index, (~real).nonzero().squeeze(1)[:extra]])
+        self.index = index  # (N,) positions in the flattened (B*T) batch
+        self.tokens = index.numel()
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...)"""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the positions left out."""
+        full = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        return full.index_copy(0, self.index, x).view(self.batch, self.length, *x.shape[1:])
+
+
+class Packed(Padded):
+    """Only the real tokens, (N, H) rows sequence after sequence (`Unpadded`): the token-wise work
+    (projections, feed-forward, LayerNorm, dropout) skips the padding. Attention runs on the
+    packed rows sequence by sequence (`options.packed_attention`), or on them padded back."""
+
+    def __init__(self, unpadded: Unpadded, mask: torch.Tensor, causal: bool):
+        super().__init__(mask, causal)
+        self.unpadded = unpadded
+        self.per_sequence = options.packed_attention
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        return self.unpadded.unpad(x)  # (B, T, H) -> (N, H)
+
+    def leave(self, x: torch.Tensor) -> torch.Tensor:
+        return self.unpadded.pad(x)  # (N, H) -> (B, T, H), zeros at padding
+
+    def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
+        """(N, H) query, key, value -> (N, H) context."""
+        if self.per_sequence:
+            return packed_attention(q, k, v, self.unpadded.lengths, heads, dropout_p, self.causal)
+        padded = super().attention(*(self.unpadded.pad(t) for t in (q, k, v)), heads, dropout_p)
+        return self.unpadded.unpad(padded)
+
+
+def padding_mask(attention_mask: torch.Tensor | None, causal: bool, T: int, skip_if_full: bool = True):
+    """(B, T) 1/0 padding mask -> bool (B, 1, 1|T, T) for SDPA, or None when nothing is masked
+    (`skip_if_full`: a data-dependent check, left out when tracing so the mask is always built)."""
+    if attention_mask is None or (skip_if_full and bool(attention_mask.all())):
+        return None  # no padding: SDPA's unmasked (or is_causal) fast path
+    mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that may be attended
+    if causal:
+        mask = mask & torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()  # (B, 1, T, T)
+    return mask
+
+
+def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int) -> Padded:
+    """The layout for this batch: packed when `options.unpad` says it pays, padded otherwise, and
+    always padded (mask built unconditionally) while the model is being traced or exported."""
+    if exporting():
+        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal, plain=True)
+    mask = padding_mask(attention_mask, causal, T)
+    unpadded = unpadding_for(attention_mask) if mask is not None else None
+    return Padded(mask, causal) if unpadded is None else Packed(unpadded, mask, causal)
+
+
+def unpadding_for(attention_mask: torch.Tensor | None) -> Unpadded | None:
+    """An Unpadded for this batch when `options.unpad` says so, else None (run padded)."""
+    if attention_mask is None or options.unpad == "never" or attention_mask.dim() != 2:
+        return None
+    padding = attention_mask.numel() - int(attention_mask.count_nonzero())
+    if padding == 0:
+        return None
+    if options.unpad == "auto" and padding < options.unpad_min_saved_tokens:
+        return None
+    unpadded = Unpadded(attention_mask, options.unpad_multiple)
+    return unpadded if unpadded.tokens < attention_mask.numel() else None
