@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 CORPUS = ["corpus/nltk2008.txt.gz", "corpus/gutenberg_digiuga.txt.gz", "corpus/enwiki2015.txt.gz"]
-VOCAB = "vocab/bert-base-uncased-vocab.txt"
+VOCAB_SIZE = 8192  # the budget recipe's vocabulary, trained on the corpus (both systems use it)
 EVAL_SEQUENCES = 1024
 
 
@@ -46,21 +46,24 @@ def bertkit_cli(*args: str) -> list[str]:
 
 
 def prepare(data_dir: Path, work: Path) -> dict:
-    """Training data (whole corpus, length 128, dynamic masking) and held-out data; cached."""
+    """Vocabulary, training data (whole corpus, length 128, dynamic masking) and held-out data; cached."""
     from bertkit.pretraining.heldout import write_heldout_corpus
 
     work.mkdir(parents=True, exist_ok=True)
-    train, heldout = work / "data128", work / "heldout128"
+    vocab, train, heldout = work / "vocab", work / "data128", work / "heldout128"
+    if not (vocab / "vocab.txt").is_file():
+        subprocess.run(bertkit_cli("train-tokenizer", "--input", *[str(data_dir / c) for c in CORPUS],
+                                   "--vocab-size", str(VOCAB_SIZE), "--output", str(vocab)), check=True)
     if not (train / "manifest.json").is_file():
         subprocess.run(bertkit_cli("create-pretraining-data", "--input", *[str(data_dir / c) for c in CORPUS],
-                                   "--vocab", str(data_dir / VOCAB), "--output", str(train), "--max-seq-length", "128",
+                                   "--vocab", str(vocab), "--output", str(train), "--max-seq-length", "128",
                                    "--max-predictions-per-seq", "20", "--masking", "dynamic", "--workers", "2",
                                    "--seed", "1", "--overwrite", "--no-progress"), check=True)
     if not (heldout / "manifest.json").is_file():
         text = work / "heldout.txt"
         counts = write_heldout_corpus([data_dir / "squad/dev-v1.1.json"], text, [data_dir / c for c in CORPUS])
         (work / "heldout_counts.json").write_text(json.dumps(counts, indent=2) + "\n")
-        subprocess.run(bertkit_cli("create-pretraining-data", "--input", str(text), "--vocab", str(data_dir / VOCAB),
+        subprocess.run(bertkit_cli("create-pretraining-data", "--input", str(text), "--vocab", str(vocab),
                                    "--output", str(heldout), "--max-seq-length", "128", "--max-predictions-per-seq",
                                    "20", "--masking", "static", "--dupe-factor", "1", "--seed", "2", "--overwrite",
                                    "--no-progress"), check=True)
@@ -239,8 +242,8 @@ def main() -> None:
     parser.add_argument("--systems", default="bertkit,transformers")
     parser.add_argument("--name", help="run folder name (default SYSTEM_BUDGET)")
     parser.add_argument("--bertkit-args", default="", help="extra bertkit pretrain flags, e.g. '--dropout 0.1'")
-    parser.add_argument("--transformers-model", default="mini")
-    parser.add_argument("--transformers-batch-size", type=int, default=64)
+    parser.add_argument("--transformers-model", default="tiny", help="the same size as bertkit's recipe")
+    parser.add_argument("--transformers-batch-size", type=int, default=32)
     parser.add_argument("--report", type=Path, help="write the table and curve of every run in --work here")
     args = parser.parse_args()
     if args.report:

@@ -57,13 +57,23 @@ class BertPreTrainingHeads(BertOnlyMLMHead):
         self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
+PREDICTION_ROWS_MULTIPLE = 64
+
+
 def masked_lm_loss(head: BertLMPredictionHead, sequence_output, labels):
     """Logits only where labels != -100: the vocabulary projection dominates small models' cost.
 
     Returns (loss, logits (N, V)) for the N predicted positions.
     """
     selected = labels != -100  # (B, T)
-    logits = head(sequence_output[selected])  # (N, H) -> (N, V)
+    hidden = sequence_output[selected]  # (N, H)
+    n = hidden.shape[0]
+    # N changes from batch to batch; oneDNN builds (and keeps) a GEMM for every new shape, which
+    # grew a pre-training process by gigabytes. Zero rows up to a multiple of 64 keep the shapes few.
+    rows = -(-n // PREDICTION_ROWS_MULTIPLE) * PREDICTION_ROWS_MULTIPLE
+    if rows != n:
+        hidden = F.pad(hidden, (0, 0, 0, rows - n))
+    logits = head(hidden)[:n]  # (N, V)
     targets = labels[selected]
     if targets.numel() == 0:
         return logits.sum() * 0.0, logits

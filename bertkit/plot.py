@@ -34,6 +34,9 @@ FIGURES = {
                      ("eval", "mlm_accuracy", "held-out MLM acc."), ("eval", "nsp_accuracy", "held-out NSP acc.")],
     "learning_rate.png": [("train", "learning_rate", "learning rate")],
 }
+# Held-out accuracy against wall-clock, for runs that record it (budgeted pre-training does).
+WALL_CLOCK_FIGURE = ("heldout_vs_time.png", [("mlm_accuracy", "held-out MLM acc."),
+                                             ("nsp_accuracy", "held-out NSP acc.")])
 
 
 def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: str | None = None) -> list[Path]:
@@ -67,6 +70,25 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
         written.append(out / name)
+    name, series = WALL_CLOCK_FIGURE
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    drawn = 0
+    for key, label in series:
+        points = [(r["elapsed_s"] / 60, r[key]) for r in evals
+                  if isinstance(r.get(key), (int, float)) and isinstance(r.get("elapsed_s"), (int, float))]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            drawn += 1
+    if drawn:
+        ax.set_xlabel("wall-clock minutes")
+        ax.set_title(f"{title or Path(run_dir).name}: held-out accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        written.append(out / name)
+    plt.close(fig)
     return written
 
 

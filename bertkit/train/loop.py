@@ -206,6 +206,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: linear_factor(step, self.plan.warmup_steps, self.plan.total_steps))
         resumed_from = self.resume(checkpoint, state) if state is not None else None
+        self.resumed = resumed_from is not None
         self.log = MetricsLog(self.out_dir, self.is_main, resumed_from)
         if self.eval_history and resumed_from is None:
             for record in self.eval_history:  # the step-0 evaluation made while calibrating
@@ -352,7 +353,7 @@ class Trainer:
         """Train to the end of the plan; True when a budgeted run had to stop early."""
         self.model.train()
         window = MetricsWindow()
-        train_started = (self.elapsed(), self.global_step)
+        self.pace_mark = (self.elapsed(), self.global_step, self.paused)
         ends = self.plan.phase_ends()
         total = self.plan.total_steps
         bar = None
@@ -387,8 +388,8 @@ class Trainer:
                     self.train_seconds += pause - t0
                     if self.out_of_time():
                         return True
-                    if self.global_step == self.replan_step():
-                        self.replan(train_started)
+                    if self.global_step == self.replan_step() or self.running_late():
+                        self.replan(self.pace())
                         total, ends = self.plan.total_steps, self.plan.phase_ends()
                         if bar is not None:
                             bar.total = total
@@ -410,15 +411,49 @@ class Trainer:
         return False
 
     def replan_step(self) -> int | None:
-        """A budgeted run re-plans once, a tenth of the way in (after at least 20 steps)."""
+        """A budgeted run re-plans once a tenth of the way in (after at least 20 steps, before the first
+        checkpoint); later only when it runs late (`running_late`)."""
         plan = self.plan
         if not plan.time_budget or plan.calibration is None or plan.replanned_at is not None:
             return None
-        return min(plan.total_steps - 1, max(20, round(0.1 * plan.total_steps)))
+        step = max(20, round(0.1 * plan.total_steps))
+        if plan.save_steps:  # before the first checkpoint, so that a resumed run finds the final plan
+            step = min(step, plan.save_steps - 1)
+        return max(1, min(plan.total_steps - 1, step))
 
-    def replan(self, train_started: tuple[float, int]) -> None:
-        elapsed0, step0 = train_started
-        pace = (self.elapsed() - elapsed0 - self.paused) / max(1, self.global_step - step0)
+    def pace(self) -> float:
+        """Seconds per step since the last mark (training start or the last re-plan or check),
+        evaluations and checkpoints left out; moves the mark."""
+        elapsed0, step0, paused0 = self.pace_mark
+        now = self.elapsed()
+        pace = (now - elapsed0 - (self.paused - paused0)) / max(1, self.global_step - step0)
+        self.pace_mark = (now, self.global_step, self.paused)
+        return pace
+
+    def running_late(self) -> bool:
+        """At each planned evaluation after the first re-plan: would the rest, at the pace kept since
+        the last check, end more than 1% past the budget? (The machine got slower.) Then the rest
+        is re-planned so that the learning rate still reaches zero on time."""
+        plan = self.plan
+        if self.resumed:  # a resumed run keeps the recorded schedule, whatever its pace
+            return False
+        if (not plan.time_budget or plan.replanned_at is None or not plan.eval_steps
+                or self.global_step % plan.eval_steps or self.global_step >= plan.total_steps):
+            return False
+        elapsed0, step0, paused0 = self.pace_mark
+        if self.global_step - step0 < 20:
+            return False
+        pace = (self.elapsed() - elapsed0 - (self.paused - paused0)) / (self.global_step - step0)
+        cal = plan.calibration
+        evals_left = (plan.total_steps - self.global_step) // plan.eval_steps + 1
+        finish = self.elapsed() + (plan.total_steps - self.global_step) * pace + evals_left * cal.eval_seconds \
+            + cal.save_seconds
+        if finish <= plan.time_budget * 1.01:
+            self.pace_mark = (self.elapsed(), self.global_step, self.paused)
+            return False
+        return True
+
+    def replan(self, pace: float) -> None:
         old = self.plan
         evals_left = (old.total_steps - self.global_step) // old.eval_steps + 1 if old.eval_steps else 1
         saves_left = (old.total_steps - self.global_step) // old.save_steps if old.save_steps else 0
@@ -437,7 +472,7 @@ class Trainer:
         """A budgeted run stops when finishing (evaluation + final save) would pass budget + 45 s:
         the machine ran slower than it measured at the start."""
         plan = self.plan
-        if not plan.time_budget or plan.calibration is None:
+        if not plan.time_budget or plan.calibration is None or self.resumed:
             return False
         finish = plan.calibration.eval_seconds + plan.calibration.save_seconds
         if self.elapsed() + finish <= plan.time_budget + 45:

@@ -1,0 +1,110 @@
+"""`bertkit pretrain --time-budget` and `--init-from`: a complete model on time, the recipe named,
+continued pre-training from a checkpoint with its own vocabulary."""
+
+import json
+import logging
+import time
+
+import pytest
+import torch
+
+from bertkit import BertConfig, BertForPreTraining, BertModel
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.pretraining import create_pretraining_data
+from bertkit.pretraining.recipe import BUDGET_RECIPES, resolve_recipe
+from bertkit.pretraining.run import pretrain
+from bertkit.tokenizer import BertTokenizer
+
+
+@pytest.fixture(scope="module")
+def data32(mini_corpus, uncased_vocab, tmp_path_factory):
+    out = tmp_path_factory.mktemp("dynamic32")
+    create_pretraining_data([mini_corpus], uncased_vocab, out, max_seq_length=32, max_predictions_per_seq=5,
+                            dupe_factor=1, seed=3, masking="dynamic", progress=False, overwrite=True)
+    return out
+
+
+def test_recipe_fills_what_is_not_given_and_names_deviations():
+    recipe, deviations = resolve_recipe({"learning_rate": 3e-4}, 15 * 60)
+    assert recipe.learning_rate == 3e-4 and recipe.max_steps is None and recipe.warmup_steps is None
+    assert recipe.model_config == BUDGET_RECIPES[0][1].model_config and recipe.dropout == 0.0
+    assert any("learning rate 0.0003" in d for d in deviations) and any("wall-clock budget" in d for d in deviations)
+    paper, none = resolve_recipe({"model_config": "base", "max_steps": 1_000_000}, None)
+    assert paper.warmup_steps == 10000 and paper.batch_size == 256 and none == []
+
+
+def test_budgeted_pretrain_ends_on_time_with_a_complete_model(data32, tmp_path):
+    out = tmp_path / "run"
+    started = time.time()
+    rc = main(["pretrain", "--data", str(data32), "--eval-data", str(data32), "--eval-batches", "2", "--output",
+               str(out), "--time-budget", "25s", "--model-config", "tiny", "--batch-size", "16", "--precision",
+               "fp32", "--no-progress"])
+    wall = time.time() - started
+    assert rc == 0 and wall < 25 + 10, wall
+    for name in ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "pretrain_args.json"):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["hidden_dropout_prob"] == 0.1 and config["attention_probs_dropout_prob"] == 0.1
+    named = config["bertkit_pretraining"]
+    assert named["dropout_while_pretraining"] == 0.0 and any("budget" in d for d in named["deviations_from_paper"])
+    args = json.loads((out / "pretrain_args.json").read_text())
+    assert args["time_budget_seconds"] == 25 and args["plan"]["time_budget"] == 25
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r.get("eval")]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == args["steps"] and all("elapsed_s" in r for r in evals)
+    assert [r for r in records if not r.get("eval")][-1]["learning_rate"] == 0.0
+    # A BERT that transformers' BertForPreTraining loads: post-LN, the paper's layer layout.
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.BertForPreTraining.from_pretrained(out)
+    ours = BertForPreTraining.from_pretrained(out).eval()
+    theirs.eval()
+    ids = torch.tensor([[2, 1996, 4937, 103, 3, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    a = ours(input_ids=ids, attention_mask=mask).prediction_logits[0, :5]
+    b = theirs(input_ids=ids, attention_mask=mask).prediction_logits[0, :5]
+    assert torch.allclose(a, b, atol=1e-4)
+
+
+def _encoder_checkpoint(tmp_path, uncased_vocab, **overrides):
+    directory = tmp_path / "encoder"
+    config = BertConfig.preset("tiny", max_position_embeddings=64, **overrides)
+    torch.manual_seed(5)
+    BertModel(config).save_pretrained(directory, tokenizer=BertTokenizer.from_pretrained(uncased_vocab))
+    return directory
+
+
+def test_init_from_starts_from_the_checkpoint_and_lists_new_heads(data32, tmp_path, uncased_vocab, caplog):
+    init = _encoder_checkpoint(tmp_path, uncased_vocab)
+    with caplog.at_level(logging.WARNING, logger="bertkit"):
+        pretrain(str(data32), str(tmp_path / "run"), init_from=str(init), max_steps=2, batch_size=8,
+                 learning_rate=0.0, warmup_steps=0, precision="fp32", progress=False)
+    assert "cls.predictions" in caplog.text and "cls.seq_relationship" in caplog.text
+    start = BertModel.from_pretrained(init).state_dict()
+    after = BertForPreTraining.from_pretrained(tmp_path / "run").bert.state_dict()
+    for key, tensor in start.items():  # learning rate 0: the encoder is the checkpoint's
+        assert torch.equal(after[key], tensor), key
+    assert (tmp_path / "run" / "vocab.txt").read_text() == (init / "vocab.txt").read_text()
+
+
+def test_init_from_refuses_another_vocabulary_and_a_second_config(data32, tmp_path, uncased_vocab):
+    init = _encoder_checkpoint(tmp_path, uncased_vocab)
+    tokens = (init / "vocab.txt").read_text().splitlines()
+    (init / "vocab.txt").write_text("\n".join(tokens[:-1] + ["[unused-x]"]) + "\n")
+    with pytest.raises(BertkitError, match="another vocabulary"):
+        pretrain(str(data32), str(tmp_path / "a"), init_from=str(init), max_steps=1, batch_size=8, progress=False)
+    with pytest.raises(BertkitError, match="not both"):
+        pretrain(str(data32), str(tmp_path / "b"), init_from=str(init), model_config="tiny", max_steps=1,
+                 batch_size=8, progress=False)
+
+
+def test_pretrain_refuses_an_existing_run_and_a_foreign_resume(data32, tmp_path, capsys):
+    common = ["pretrain", "--data", str(data32), "--output", str(tmp_path / "run"), "--model-config", "tiny",
+              "--max-steps", "4", "--batch-size", "8", "--save-steps", "2", "--precision", "fp32", "--no-progress"]
+    assert main(common + ["--seed", "1"]) == 0
+    assert main(common + ["--seed", "1"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(common + ["--seed", "2", "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "seed" in err[0]
+    assert main(common + ["--seed", "2", "--overwrite"]) == 0
