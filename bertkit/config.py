@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BertkitError
+from .outputs import atomic_write_text
 
 # (layers, hidden, heads) per SPEC §3; intermediate size is always 4 x hidden.
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -142,5 +143,4 @@ class BertConfig:
         return d
 
     def save(self, directory: str | Path) -> None:
-        path = Path(directory) / "config.json"
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic_write_text(Path(directory) / "config.json", json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

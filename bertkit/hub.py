@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from .errors import BertkitError
+from .outputs import atomic_write, atomic_write_text
 
 log = logging.getLogger("bertkit")
 
@@ -32,20 +31,6 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise BertkitError(f"cannot read safetensors weights ({e})", path=str(path)) from None
-
-
-def atomic_write(path: Path, write) -> None:
-    """write(tmp_path) then rename, so a crash never leaves a half-written file under the real name."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _legacy_name(key: str) -> str:
@@ -90,8 +75,7 @@ class PreTrainedMixin:
         import dataclasses
 
         config = dataclasses.replace(self.config, architectures=[type(self).__name__])
-        atomic_write(directory / "config.json",
-                     lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"))
+        atomic_write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)
         return directory
