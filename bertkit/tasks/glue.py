@@ -26,7 +26,7 @@ import torch
 
 from ..errors import BertkitError
 from ..metrics.glue import compute_glue_metrics, glue_score, task_score
-from .common import (BadRows, Examples, add_sweep_arguments, config_text, grid, predict, predict_precision,
+from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
                      results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 # ---------------------------------------------------------------- 1. the tasks
@@ -531,6 +531,7 @@ def add_finetune_arguments(parser) -> None:
 
 
 def run_finetune(args) -> int:
+    check_finetune_output(args)
     finetune_glue(args.task, args.model, args.data_dir, args.output, **sweep_options(args),
                   log=lambda message: print(message, flush=True))
     return 0

@@ -16,9 +16,10 @@ import random
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .. import flags
 from ..errors import BertkitError
 from ..metrics.glue import accuracy
-from .common import (BadRows, Examples, add_sweep_arguments, config_text, grid, predict, predict_precision,
+from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
                      results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 ENDING_PREFIX = "ending"
@@ -224,14 +225,15 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--train-file", required=True, help="SWAG-style CSV (or JSON lines) with labels")
     parser.add_argument("--dev-file", default=None, help="labelled dev file; without it see --dev-fraction")
     parser.add_argument("--test-file", default=None, help="file to predict (labels optional)")
-    parser.add_argument("--dev-fraction", type=float, default=None,
+    parser.add_argument("--dev-fraction", type=flags.open_fraction, default=None,
                         help="hold out this fraction of the train file as dev when there is no dev file (e.g. 0.2)")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the --dev-fraction split (default 0)")
+    parser.add_argument("--split-seed", type=flags.seed, default=0, help="seed of the --dev-fraction split (default 0)")
     add_sweep_arguments(parser, learning_rates="2e-5", batch_sizes="16", epochs="3")
     parser.epilog = "Defaults follow the paper's SWAG settings: lr 2e-5, batch 16, 3 epochs, max length 128."
 
 
 def run_finetune(args) -> int:
+    check_finetune_output(args)
     options = sweep_options(args)
     finetune_multiple_choice(args.model, args.train_file, args.dev_file, args.output, test_file=args.test_file,
                              dev_fraction=args.dev_fraction, split_seed=args.split_seed, **options,

@@ -53,8 +53,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from .. import flags
 from ..errors import BertkitError
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
+from ..outputs import check_output_dir
+from .common import MIN_SEQ_LENGTH, add_overwrite_argument, check_finetune_output
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, sample_examples, squad_json,
                             squad_windows)
@@ -361,20 +364,21 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
 
 def _add_window_arguments(parser) -> None:
     parser.add_argument("--version", choices=["1.1", "2.0"], default=None, help="SQuAD version (default: detected)")
-    parser.add_argument("--max-seq-length", type=int, default=384)
-    parser.add_argument("--doc-stride", type=int, default=128, help="tokens between window starts")
-    parser.add_argument("--max-query-length", type=int, default=64, help="questions are cut to this many tokens")
-    parser.add_argument("--n-best-size", type=int, default=20)
-    parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
-    parser.add_argument("--null-score-diff-threshold", type=float, default=0.0,
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=384)
+    parser.add_argument("--doc-stride", type=flags.positive_int, default=128, help="tokens between window starts")
+    parser.add_argument("--max-query-length", type=flags.positive_int, default=64,
+                        help="questions are cut to this many tokens")
+    parser.add_argument("--n-best-size", type=flags.positive_int, default=20)
+    parser.add_argument("--max-answer-length", type=flags.positive_int, default=30, help="longest answer, in tokens")
+    parser.add_argument("--null-score-diff-threshold", type=flags.finite_float, default=0.0,
                         help="v2.0: answer \"\" when null score - best span score exceeds this")
     parser.add_argument("--no-threshold-search", action="store_true",
                         help="v2.0: apply --null-score-diff-threshold as given instead of the F1-maximising "
                              "threshold found on the gold answers")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
-    parser.add_argument("--subset-seed", type=int, default=0, help="seed of the --max-*-examples samples")
+    parser.add_argument("--subset-seed", type=flags.seed, default=0, help="seed of the --max-*-examples samples")
 
 
 def add_finetune_arguments(parser) -> None:
@@ -382,27 +386,32 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--train-file", required=True, help="SQuAD JSON (v1.1 or v2.0)")
     parser.add_argument("--dev-file", default=None, help="SQuAD JSON to predict and score after training")
     parser.add_argument("--output", required=True, help="directory for the model, predictions and results.json")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--batch-size", type=int, default=32, help="effective batch size (across --grad-accum)")
-    parser.add_argument("--grad-accum", type=int, default=1)
-    parser.add_argument("--eval-batch-size", type=int, default=64)
-    parser.add_argument("--warmup-ratio", type=float, default=0.1)
-    parser.add_argument("--weight-decay", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max-train-examples", type=int, default=None, help="a seeded random sample of questions")
-    parser.add_argument("--max-dev-examples", type=int, default=None, help="a seeded random sample of questions")
-    parser.add_argument("--article-split", type=float, default=None, metavar="FRACTION",
+    add_overwrite_argument(parser)
+    parser.add_argument("--epochs", type=flags.positive_float, default=3.0)
+    parser.add_argument("--learning-rate", type=flags.positive_float, default=5e-5)
+    parser.add_argument("--batch-size", type=flags.positive_int, default=32, help="effective batch size (across --grad-accum)")
+    parser.add_argument("--grad-accum", type=flags.positive_int, default=1)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
+    parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
+    parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
+    parser.add_argument("--seed", type=flags.seed, default=42)
+    parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
+                        help="a seeded random sample of questions")
+    parser.add_argument("--max-dev-examples", type=flags.positive_int, default=None,
+                        help="a seeded random sample of questions")
+    parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
                         help="train on this fraction of the training file's articles; evaluate only on dev "
                              "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
-    parser.add_argument("--split-seed", type=int, default=0)
-    parser.add_argument("--logging-steps", type=int, default=50)
-    parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    parser.add_argument("--split-seed", type=flags.seed, default=0)
+    parser.add_argument("--logging-steps", type=flags.positive_int, default=50)
+    parser.add_argument("--save-steps", type=flags.non_negative_int, default=0, help="checkpoint every N steps (0: only at the end)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output")
     _add_window_arguments(parser)
 
 
 def run_finetune(args) -> int:
+    if not args.resume:  # --resume continues the run in --output on purpose
+        check_finetune_output(args)
     record = finetune_squad(
         args.model, args.train_file, args.output, args.dev_file, version=args.version, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, grad_accum=args.grad_accum,
@@ -423,12 +432,14 @@ def add_predict_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
     parser.add_argument("--data-file", required=True, help="SQuAD JSON to answer")
     parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-examples", type=int, default=None, help="a seeded random sample of questions")
+    add_overwrite_argument(parser)
+    parser.add_argument("--batch-size", type=flags.positive_int, default=64)
+    parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
     _add_window_arguments(parser)
 
 
 def run_predict(args) -> int:
+    check_output_dir(args.output, overwrite=args.overwrite, kind="predictions")
     record = predict_squad_file(
         args.model, args.data_file, args.output, version=args.version, max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
