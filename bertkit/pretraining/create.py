@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
 import logging
@@ -72,6 +71,7 @@ from .shards import (
     clear_output_dir,
     derive_seed,
     id_dtype_for,
+    sha256_file,
     write_json_atomic,
 )
 
@@ -286,14 +286,6 @@ def _ordered_parallel_map(pool, function, items: Iterable[tuple], max_in_flight:
         yield pending.popleft().get()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _write_dump(handle, result: _BlockResult, ids_to_tokens: Sequence[str]) -> None:
     pairs, masks = result.pairs, result.dump_masks
     shown_ids = masks.get("masked_input_ids", pairs.input_ids)
@@ -496,7 +488,7 @@ def create_pretraining_data(
         "created_by": f"bertkit {__version__}",
         "config": config,
         "vocab": {
-            "file": "vocab.txt", "source": str(vocab_file), "sha256": _sha256_file(vocab_file),
+            "file": "vocab.txt", "source": str(vocab_file), "sha256": sha256_file(vocab_file),
             "size": tokenizer.vocab_size, "do_lower_case": bool(getattr(tokenizer, "do_lower_case", True)),
             "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id,
             "sep_id": tokenizer.sep_token_id, "mask_id": tokenizer.mask_token_id,

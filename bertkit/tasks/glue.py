@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import BertkitError
+from ..hub import model_tokenizer
 from ..metrics.glue import compute_glue_metrics, glue_score, task_score
 from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
                      results_document, run_protocol, subsample, sweep_options, write_predictions)
@@ -300,14 +301,13 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                                    skip_bad_rows=skip_bad_rows, eval_batch_size=eval_batch_size,
                                    warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout, log=log)
     from ..heads import BertForSequenceClassification
-    from ..tokenizer import BertTokenizer
 
     spec = glue_task(task)
     if spec.name == "ax":
         raise BertkitError("AX has no training data: it is predicted with the MNLI model (--task mnli)")
     data_dir = resolve_data_dir(data_dir)
     log = log or (lambda message: None)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
 
     train, dev, test = load_glue_task(spec, data_dir, skip_bad_rows)
     splits = {"train": train, "dev": dev, **({"test": test} if test is not None else {})}

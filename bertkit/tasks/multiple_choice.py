@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 from .. import flags
 from ..errors import BertkitError
+from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
                      results_document, run_protocol, subsample, sweep_options, write_predictions)
@@ -154,7 +155,6 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
     given) and model/ (the best run, Hugging Face layout)."""
     from ..heads import BertForMultipleChoice
-    from ..tokenizer import BertTokenizer
 
     log = log or (lambda message: None)
     train = read_swag_file(train_file, skip_bad_rows)
@@ -170,7 +170,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
     test = read_swag_file(test_file, skip_bad_rows) if test_file is not None else None
 
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
     train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
     dev_features = multiple_choice_features(dev, tokenizer, max_seq_length)
     gold = [e.label for e in dev]

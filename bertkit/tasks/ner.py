@@ -25,6 +25,7 @@ import torch
 
 from .. import flags
 from ..errors import BertkitError
+from ..hub import model_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from .common import (MIN_SEQ_LENGTH, FeatureSource, RunResult, add_overwrite_argument, check_finetune_output, grid,
                      parse_list, predict, run_sweep, summarize)
@@ -366,9 +367,7 @@ def find_conll_files(data_dir: str | Path | None) -> dict[str, Path]:
 
 def load_tokenizer(model_dir: str | Path, cased: bool | None = None):
     """The model directory's tokenizer; `cased` overrides its do_lower_case."""
-    from ..tokenizer import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(model_dir, do_lower_case=None if cased is None else not cased)
+    tokenizer = model_tokenizer(model_dir, do_lower_case=None if cased is None else not cased)
     if cased:
         upper_case_pieces = sum(any(c.isupper() for c in t) for t in tokenizer.ids_to_tokens if not t.startswith("["))
         if upper_case_pieces < 0.001 * tokenizer.vocab_size:  # cased English vocabularies have thousands

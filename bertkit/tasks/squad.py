@@ -55,6 +55,7 @@ from typing import Sequence
 
 from .. import flags
 from ..errors import BertkitError
+from ..hub import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
 from ..outputs import check_output_dir
 from .common import MIN_SEQ_LENGTH, add_overwrite_argument, check_finetune_output
@@ -255,14 +256,13 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
     file there and score it. `batch_size` is the effective batch: micro-batches of
     batch_size / grad_accum. Returns (and writes as results.json) the run's record."""
     from ..heads import BertForQuestionAnswering
-    from ..tokenizer import BertTokenizer
     from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
     from .common import FeatureSource
 
     if batch_size < 1 or grad_accum < 1 or batch_size % grad_accum:
         raise BertkitError(f"--batch-size {batch_size} must be a positive multiple of --grad-accum {grad_accum}")
     output_dir = Path(output_dir)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
     train_data = read_squad(train_file, version, skip_bad_rows)
     dev_data = read_squad(dev_file, version, skip_bad_rows) if dev_file is not None else None
     if version is None and dev_data is not None and dev_data.version != train_data.version:
@@ -334,16 +334,18 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
                        max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
                        null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
                        batch_size: int = 64, device: str = "auto", precision: str = "auto",
-                       max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False) -> dict:
+                       max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False,
+                       allow_missing_weights: bool = False) -> dict:
     """Predict a SQuAD file with a fine-tuned model; write the prediction files, and results.json
-    with the official metrics when the file has answers."""
+    with the official metrics when the file has answers. A model without a span head is refused
+    unless `allow_missing_weights` (its answers would come from random weights)."""
     from ..heads import BertForQuestionAnswering
-    from ..tokenizer import BertTokenizer
 
     data = read_squad(data_file, version, skip_bad_rows)
     examples = sample_examples(data.examples, max_examples, subset_seed)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
-    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
+    model = BertForQuestionAnswering.from_pretrained(model_dir, require_head=True,
+                                                     allow_missing_weights=allow_missing_weights)
     started = time.perf_counter()
     result = predict_squad(model, tokenizer, examples, data.version == "2.0", max_seq_length, doc_stride,
                            max_query_length, n_best_size, max_answer_length, null_score_diff_threshold,
@@ -435,6 +437,8 @@ def add_predict_arguments(parser) -> None:
     add_overwrite_argument(parser)
     parser.add_argument("--batch-size", type=flags.positive_int, default=64)
     parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="predict even with a model that has no span head (its answers are random)")
     _add_window_arguments(parser)
 
 
@@ -446,7 +450,7 @@ def run_predict(args) -> int:
         max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
         search_null_threshold=not args.no_threshold_search, batch_size=args.batch_size, device=args.device,
         precision=args.precision, max_examples=args.max_examples, subset_seed=args.subset_seed,
-        skip_bad_rows=args.skip_bad_rows)
+        skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights)
     if record["metrics"] is not None:
         print(json.dumps(record["metrics"], indent=2))
     return 0
