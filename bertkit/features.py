@@ -25,7 +25,7 @@ from torch import nn
 from . import flags
 from .errors import BertkitError
 from .model import ModelOutput
-from .outputs import atomic_open, atomic_write, atomic_write_text, check_output_file
+from .outputs import atomic_open, atomic_write, atomic_write_text, check_output_file, write_json
 
 log = logging.getLogger("bertkit")
 
@@ -550,7 +550,7 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
         del tagger
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
     return results
 
 
@@ -562,7 +562,7 @@ def save_tagger(tagger: BiLSTMTagger, directory: str | Path, config: dict) -> No
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in tagger.state_dict().items()}  # the cache is non-persistent
     save_file(state, str(directory / "tagger.safetensors"))
-    (directory / "tagger_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(directory / "tagger_config.json", config)
 
 
 __all__ = ["select_layers", "resolve_layer", "extract_features", "iter_features", "write_features", "parse_text",

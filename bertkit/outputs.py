@@ -9,6 +9,8 @@ real name only when complete; on any failure (disk full included) the temporary 
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import stat
 import tempfile
@@ -132,3 +134,19 @@ def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     with atomic_open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def _finite_or_none(value):
+    """JSON has no NaN or Infinity: such a float (e.g. a correlation of constant predictions) becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+def write_json(path: str | Path, data, indent: int | None = 2) -> None:
+    """Strict JSON (non-finite numbers written as null), atomically."""
+    atomic_write_text(path, json.dumps(_finite_or_none(data), indent=indent, allow_nan=False) + "\n")

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import BertkitError
+from ..outputs import write_json
 from ..hub import model_tokenizer
 from ..metrics.glue import compute_glue_metrics, glue_score, task_score
 from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
@@ -380,7 +381,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         results["submission_files"] = write_submission(spec, model, tokenizer, data_dir, out, test,
                                                        max_seq_length, eval_batch_size, precision, skip_bad_rows)
         model.save_pretrained(out / "model", tokenizer=tokenizer)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
         log(f"{spec.folder}: best run {config_text(best.config)} (dev {100 * best.score:.2f}); wrote {out}")
     return results
 
@@ -463,7 +464,7 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, log: C
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "glue_table.md").write_text(table["markdown"] + "\n")
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
     return results
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import random
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Callable, Sequence
 
 from .. import flags
 from ..errors import BertkitError
+from ..outputs import write_json
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
@@ -36,12 +38,27 @@ class MultipleChoiceExample:
     line: int = 0
 
 
+def read_utf8(path: Path) -> str:
+    """The file's text (a leading BOM dropped); invalid UTF-8 is reported with its line number."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise BertkitError(f"not valid UTF-8 ({e.reason})", path=str(path), line=line) from None
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # str.isdigit alone accepts '²', which int() refuses
+
+
 def _records(path: Path):
     """(line number, {column: value}) per record, or (line, None, field count) when a CSV record has
     the wrong number of fields. Reads a real CSV (quoted fields may hold commas and line breaks) or,
     for .json/.jsonl, one JSON object per line."""
+    text = read_utf8(path)
     if path.suffix in (".json", ".jsonl"):
-        for number, text in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):
+        for number, text in enumerate(text.split("\n"), start=1):
             if text.strip():
                 try:
                     row = json.loads(text)
@@ -51,7 +68,7 @@ def _records(path: Path):
                     raise BertkitError("not a JSON object per line", path=str(path), line=number)
                 yield number, {k: (v if isinstance(v, str) else str(v)) for k, v in row.items()}, None
         return
-    with path.open(encoding="utf-8-sig", newline="") as f:
+    with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)
         try:
             header = next(reader, None)
@@ -80,7 +97,7 @@ def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
     examples, endings = [], None
     for row_number, (line, row, problem) in enumerate(_records(path)):
         if endings is None:
-            endings = sorted((c for c in row if c.startswith(ENDING_PREFIX) and c[len(ENDING_PREFIX):].isdigit()),
+            endings = sorted((c for c in row if c.startswith(ENDING_PREFIX) and _is_number(c[len(ENDING_PREFIX):])),
                              key=lambda c: int(c[len(ENDING_PREFIX):]))
             if "sent1" not in row or "sent2" not in row or len(endings) < 2:
                 raise BertkitError(f"not a SWAG-style file: needs sent1, sent2 and ending0, ending1, ... columns; "
@@ -93,7 +110,7 @@ def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
         label = None
         raw = (row.get("label") or "").strip()
         if raw != "":
-            if not raw.isdigit() or not 0 <= int(raw) < len(endings):
+            if not _is_number(raw) or not 0 <= int(raw) < len(endings):
                 bad(line, f"label {raw!r} is not an ending number 0..{len(endings) - 1}")
                 continue
             label = int(raw)
@@ -216,7 +233,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             if all(e.label is not None for e in test):  # a labelled test file: score it too
                 results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
         model.save_pretrained(out / "model", tokenizer=tokenizer)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
         log(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
     return results
 

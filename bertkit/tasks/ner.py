@@ -25,6 +25,7 @@ import torch
 
 from .. import flags
 from ..errors import BertkitError
+from ..outputs import write_json
 from ..hub import model_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from .common import (MIN_SEQ_LENGTH, FeatureSource, RunResult, add_overwrite_argument, check_finetune_output, grid,
@@ -478,7 +479,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         for split, name in (("valid", "dev_predictions.txt"), ("test", "test_predictions.txt")):
             if split in eval_sets:
                 write_predictions(out / name, eval_sets[split], best.artifacts["predictions"][split])
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
     return results
 
 

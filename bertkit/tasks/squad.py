@@ -57,7 +57,7 @@ from .. import flags
 from ..errors import BertkitError
 from ..hub import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
-from ..outputs import check_output_dir
+from ..outputs import check_output_dir, write_json
 from .common import MIN_SEQ_LENGTH, add_overwrite_argument, check_finetune_output
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, sample_examples, squad_json,
@@ -96,8 +96,12 @@ class SquadPredictions:
         files = {"predictions.json": self.predictions, "nbest_predictions.json": self.nbest}
         if self.version_2_with_negative:
             files["null_odds.json"] = self.null_odds
+        broken = [qid for qid, odds in self.null_odds.items() if not math.isfinite(odds)]
+        if broken:  # a NaN would also make every threshold comparison false: no usable answer
+            raise BertkitError(f"the model gave non-finite scores for {len(broken)} questions (first: {broken[0]}); "
+                               "its weights are probably broken (NaN or overflow)")
         for name, content in files.items():
-            (out / name).write_text(json.dumps(content, indent=4) + "\n", encoding="utf-8")
+            write_json(out / name, content, indent=4)
         return [out / name for name in files]
 
 
@@ -325,7 +329,7 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
         metrics, applied = _scored(dev_examples, result, search_null_threshold, dev_data.has_answers)
         applied.write(output_dir)
         record.update(dev_examples=len(dev_examples), predict_seconds=time.perf_counter() - started, metrics=metrics)
-    (output_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_json(output_dir / "results.json", record)
     return record
 
 
@@ -357,7 +361,7 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
               "predict_seconds": time.perf_counter() - started, "files": [str(f) for f in files],
               "metrics": metrics}
     if metrics is not None:
-        (Path(output_dir) / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_json(Path(output_dir) / "results.json", record)
     return record
 
 
