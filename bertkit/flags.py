@@ -12,7 +12,9 @@ import math
 import re
 from typing import Callable
 
-DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
+import torch
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:(\d+))?")
 
 
 def _int(text: str) -> int:
@@ -106,8 +108,12 @@ def positive_number(text: str) -> int | float:
 
 
 def device(text: str) -> str:
-    if not DEVICE_PATTERN.fullmatch(str(text)):
+    match = DEVICE_PATTERN.fullmatch(str(text))
+    if not match:
         raise argparse.ArgumentTypeError(f"device must be auto, cpu, cuda or cuda:N, not {text!r}")
+    # Without CUDA at all, the device module says so when the device is picked.
+    if match.group(2) is not None and torch.cuda.is_available() and int(match.group(2)) >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"there is no {text}: this machine has {torch.cuda.device_count()} GPU(s)")
     return str(text)
 
 

@@ -14,10 +14,11 @@ class train:
     @staticmethod
     def add_arguments(p) -> None:
         p.add_argument("--input", nargs="+", required=True, help="corpus files (plain or .gz), one sentence per line")
-        p.add_argument("--vocab-size", type=flags.int_between(len(SPECIAL_TOKENS) + 1), required=True)
+        # The trainer counts in 32 bits; no BERT vocabulary comes near ten million pieces.
+        p.add_argument("--vocab-size", type=flags.int_between(len(SPECIAL_TOKENS) + 1, 10_000_000), required=True)
         p.add_argument("--output", required=True, help="directory for vocab.txt + tokenizer_config.json")
         p.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
-        p.add_argument("--min-frequency", type=flags.positive_int, default=2)
+        p.add_argument("--min-frequency", type=flags.int_between(1, 2**31 - 1), default=2)
         p.add_argument("--overwrite", action="store_true",
                        help="replace vocab.txt / tokenizer_config.json already in --output")
 

@@ -453,7 +453,8 @@ def evaluate_squad(
         )
     if na_prob_file is not None:
         raise BertkitError("a no-answer probability file only applies to SQuAD v2.0 data", path=str(data_file))
+    scores = _score_v1(dataset_json, predictions, str(data_file))  # first: an error stays the only stderr line
     version = dataset_json.get("version")
     if version is not None and version != "1.1":
         print(f"Evaluation expects v-1.1, but got dataset with v-{version}", file=sys.stderr)
-    return _score_v1(dataset_json, predictions, str(data_file))
+    return scores

@@ -526,7 +526,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--masking", choices=("static", "dynamic"), default="static")
     parser.add_argument("--mask-mix", default="80,10,10", metavar="MASK,SAME,RANDOM",
                         help="percentages of predicted positions shown as [MASK], unchanged, random token")
-    parser.add_argument("--workers", type=flags.positive_int, default=1)
+    parser.add_argument("--workers", type=flags.int_between(1, 256), default=1, help="processes (1 to 256)")
     parser.add_argument("--dump-jsonl", default=None, metavar="FILE",
                         help="also write every instance as JSON (original field names)")
     parser.add_argument("--shard-size", type=flags.positive_int, default=DEFAULT_SHARD_SIZE, metavar="N", help="instances per shard")
