@@ -95,6 +95,11 @@ def json_text(value) -> str:
 
 def run_cli(argv: list[str], capsys, stdin: bytes | None = None) -> int:
     """Run `bertkit argv` in-process and check the outcome: 0, or 2 with one `error:` line."""
+    return run_cli_stderr(argv, capsys, stdin)[0]
+
+
+def run_cli_stderr(argv: list[str], capsys, stdin: bytes | None = None) -> tuple[int, str]:
+    """run_cli, also returning what went to stderr."""
     saved = sys.stdin
     if stdin is not None:
         sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
@@ -111,7 +116,7 @@ def run_cli(argv: list[str], capsys, stdin: bytes | None = None) -> int:
     if os.environ.get("BERTKIT_FUZZ_LOG"):  # to see what the generated runs did: exit status and error
         with open(os.environ["BERTKIT_FUZZ_LOG"], "a", encoding="utf-8") as log:
             log.write(f"{argv[0]} {argv[1] if len(argv) > 1 else ''}\t{code}\t{lines[-1][:150] if lines else ''}\n")
-    return code
+    return code, err
 
 
 # ---- a tiny model with a small vocabulary of its own (no data needed)
