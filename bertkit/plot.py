@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from .errors import BertkitError
+from .outputs import atomic_write
 
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
@@ -78,7 +79,7 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        atomic_write(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
         plt.close(fig)
         written.append(out / name)
     return written

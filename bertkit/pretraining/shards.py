@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError
+from ..outputs import atomic_open
 from ..tokenizer import load_vocab
 from .instances import PairArrays
 from .masking import mask_batch, parse_mask_mix
@@ -71,13 +72,11 @@ def _manifest_int(value) -> int:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:  # no partial manifest, and no temporary file left on failure
         json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class ShardWriter:

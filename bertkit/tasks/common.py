@@ -15,7 +15,7 @@ import torch
 
 from .. import flags
 from ..errors import BertkitError
-from ..outputs import check_output_dir
+from ..outputs import atomic_write_text, check_output_dir
 
 PAD_VALUES = {"labels": -100, "start_positions": None, "end_positions": None}
 
@@ -291,7 +291,7 @@ def write_predictions(path: Path, indices: Sequence, predictions: Sequence) -> N
     if len(indices) != len(predictions):
         raise BertkitError(f"{len(predictions)} predictions for {len(indices)} examples", path=str(path))
     lines = ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(indices, predictions)]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def number(text: str) -> int | float:
@@ -321,9 +321,12 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
     add_overwrite_argument(parser)
     parser.add_argument("--learning-rate", default=learning_rates, type=flags.comma_list(flags.positive_float),
                         help=f"comma list of peak learning rates; each is one run, best on dev wins (default {learning_rates})")
-    parser.add_argument("--epochs", default=epochs, type=flags.comma_list(flags.positive_number), help=f"comma list of epoch counts (default {epochs})")
-    parser.add_argument("--batch-size", default=batch_sizes, type=flags.comma_list(flags.positive_int), help=f"comma list of batch sizes (default {batch_sizes})")
-    parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed), help="comma list of seeds: restarts (shuffling and head init); default 42")
+    parser.add_argument("--epochs", default=epochs, type=flags.comma_list(flags.positive_number),
+                        help=f"comma list of epoch counts (default {epochs})")
+    parser.add_argument("--batch-size", default=batch_sizes, type=flags.comma_list(flags.positive_int),
+                        help=f"comma list of batch sizes (default {batch_sizes})")
+    parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed),
+                        help="comma list of seeds: restarts (shuffling and head init); default 42")
     parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=128,
                         help="word pieces per sequence (default 128)")
     parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,

@@ -25,11 +25,11 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import BertkitError
-from ..outputs import write_json
+from ..outputs import atomic_write_text, write_json
 from ..hub import model_tokenizer
 from ..metrics.glue import compute_glue_metrics, glue_score, task_score
-from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
-                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
+                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 # ---------------------------------------------------------------- 1. the tasks
 
@@ -463,7 +463,7 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, log: C
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "glue_table.md").write_text(table["markdown"] + "\n")
+        atomic_write_text(out / "glue_table.md", table["markdown"] + "\n")
         write_json(out / "results.json", results)
     return results
 

@@ -22,8 +22,8 @@ from ..errors import BertkitError
 from ..outputs import write_json
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
-from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict, predict_precision,
-                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
+                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 ENDING_PREFIX = "ending"
 

@@ -25,7 +25,7 @@ import torch
 
 from .. import flags
 from ..errors import BertkitError
-from ..outputs import write_json
+from ..outputs import atomic_open, write_json
 from ..hub import model_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from .common import (MIN_SEQ_LENGTH, FeatureSource, RunResult, add_overwrite_argument, check_finetune_output, grid,
@@ -340,7 +340,7 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
 
 def write_predictions(path: str | Path, sentences: Sequence[Sentence], predicted: Sequence[Sequence[str]]) -> None:
     """conlleval input: `token gold predicted` per line, a blank line between sentences."""
-    with open(path, "w", encoding="utf-8") as handle:
+    with atomic_open(path) as handle:
         for sentence, tags in zip(sentences, predicted):
             for word, gold, guess in zip(sentence.words, sentence.tags, tags):
                 handle.write(f"{word} {gold} {guess}\n")

@@ -208,6 +208,37 @@ def test_plot(workspace, capsys, records, tail):
     run_cli(["plot", run], capsys)
 
 
+CONLL_GOOD = "-DOCSTART- -X- O O\n\nthe DT B-NP O\ncat NN I-NP B-PER\nsat VB B-VP O\n\na DT B-NP B-LOC\n"
+SWAG_GOOD = ",sent1,sent2,ending0,ending1,label\n" + "".join(f"{i},the cat,sat,on the mat,a dog,{i % 2}\n"
+                                                             for i in range(6))
+TRAIN_FLAGS = {"--batch-size": (["1", "4"], NASTY_FLAG_VALUES), "--learning-rate": (["1e-3"], NASTY_FLAG_VALUES),
+               "--epochs": (["1", "0.5"], BOUNDED_FLAG_VALUES), "--max-seq-length": (["8", "16"], NASTY_FLAG_VALUES),
+               "--device": (["cpu"], DEVICES)}
+
+
+@FUZZ_SLOW
+@given(train=st.one_of(st.none(), hostile_file(rows_of(" "))), pairs=flag_pairs(TRAIN_FLAGS),
+       feature_based=st.booleans())
+def test_finetune_ner_with_hostile_files_and_flags(workspace, capsys, train, pairs, feature_based):
+    data = fresh(workspace, "conll")
+    data.mkdir()
+    for split in ("train", "valid", "test"):
+        (data / f"{split}.txt").write_bytes(train if split == "train" and train is not None else CONLL_GOOD.encode())
+    extra = ["--feature-based", "--layers", "last", "--lstm-size", "4"] if feature_based else []
+    run_cli(["finetune", "ner", "--model", workspace["model"], "--data-dir", data, "--output", fresh(workspace),
+             "--epochs", "1", *extra, *flatten(pairs)], capsys)
+
+
+@FUZZ_SLOW
+@given(train=st.one_of(st.none(), hostile_file(rows_of(",", ["", "sent1", "sent2", "ending0", "ending1", "label"]))),
+       pairs=flag_pairs({**TRAIN_FLAGS, "--dev-fraction": (["0.5", "0.2"], NASTY_FLAG_VALUES)}))
+def test_finetune_swag_with_hostile_files_and_flags(workspace, capsys, train, pairs):
+    train_file = fresh(workspace, "swag").with_suffix(".csv")
+    train_file.write_bytes(train if train is not None else SWAG_GOOD.encode())
+    run_cli(["finetune", "swag", "--model", workspace["model"], "--train-file", train_file, "--dev-fraction", "0.5",
+             "--output", fresh(workspace), "--epochs", "1", *flatten(pairs)], capsys)
+
+
 def test_tiny_vocabulary_is_valid():
     vocab = tiny_vocab()
     assert len(vocab) == len(set(vocab)) and vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
