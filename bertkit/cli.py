@@ -7,8 +7,10 @@ this file only lists them. Bad input surfaces as one line `error: file:line: pro
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import sys
 
 from .errors import BertkitError
@@ -35,8 +37,16 @@ def _load(target: str):
     return getattr(module, attr) if attr else module
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as a BertkitError (one `error:` line, exit 2), not usage + message.
+    Sub-command parsers inherit the class, so every command behaves the same."""
+
+    def error(self, message: str):
+        raise BertkitError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
+    parser = OneLineErrorParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
     parser.add_argument("-v", "--verbose", action="store_true", help="info-level logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
@@ -47,9 +57,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def os_error_text(e: OSError) -> str:
+    """`PATH: reason` for an operating-system failure (disk full, permission denied, not a folder ...)."""
+    reason = e.strerror or str(e) or errno.errorcode.get(e.errno or 0, type(e).__name__)
+    return f"{e.filename}: {reason}" if e.filename is not None else reason
+
+
+def silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (tests capture it)
+        pass
+
+
+def print_error(text: str) -> None:
+    print("error: " + " ".join(text.splitlines()), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except BertkitError as e:
+        print_error(str(e))
+        return 2
+    except SystemExit as e:  # --help / --version
+        return e.code if isinstance(e.code, int) else 0
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not args.command:
         parser.print_help()
@@ -58,7 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         rc = args._run(args)
         return rc if isinstance(rc, int) else 0  # library calls may return their results
     except BertkitError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print_error(str(e))
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`bertkit tokenize ... | head -1`): stop quietly, as Unix tools do.
+        silence_stdout()
+        return 128 + 13  # SIGPIPE's conventional status
+    except OSError as e:  # disk full, permission denied, a file where a folder belongs ...
+        print_error(os_error_text(e))
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BertkitError
+from .outputs import atomic_write_text
 
 # (layers, hidden, heads) per SPEC §3; intermediate size is always 4 x hidden.
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -25,6 +26,13 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "12-1024-16": (12, 1024, 16),
     "24-1024-16": (24, 1024, 16),
 }
+
+
+# Field checks (config.json is user input): sizes, counts and probabilities.
+POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "max_position_embeddings", "type_vocab_size", "num_labels")
+NON_NEGATIVE_INTS = ("pad_token_id", "bilstm_hidden_size")
+FRACTIONS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 @dataclasses.dataclass
@@ -57,6 +65,7 @@ class BertConfig:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self):
+        self._check_field_types()
         if self.hidden_size % self.num_attention_heads:
             raise BertkitError(
                 f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
@@ -64,6 +73,34 @@ class BertConfig:
         if self.id2label is not None:
             self.id2label = {int(k): v for k, v in self.id2label.items()}
             self.num_labels = len(self.id2label)
+
+    def _check_field_types(self) -> None:
+        """A config.json with a string where a number belongs (or a negative size) fails here, in words."""
+        for name in POSITIVE_INTS + NON_NEGATIVE_INTS:
+            value = getattr(self, name)
+            low = 1 if name in POSITIVE_INTS else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise BertkitError(f"{name} must be a whole number of at least {low}, not {value!r}")
+        for name in FRACTIONS + ("classifier_dropout",):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise BertkitError(f"{name} must be a number between 0 and 1, not {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise BertkitError(f"{name} must be a positive number, not {value!r}")
+        if not isinstance(self.hidden_act, str):
+            raise BertkitError(f"hidden_act must be a string, not {self.hidden_act!r}")
+        if not isinstance(self.is_decoder, bool):
+            raise BertkitError(f"is_decoder must be true or false, not {self.is_decoder!r}")
+        if self.id2label is not None and not (isinstance(self.id2label, dict) and all(
+                isinstance(k, (int, str)) and str(k).lstrip("-").isdigit() for k in self.id2label)):
+            raise BertkitError(f"id2label must map label ids to names, not {self.id2label!r}")
+        if self.architectures is not None and not (isinstance(self.architectures, list) and self.architectures
+                                                   and all(isinstance(a, str) for a in self.architectures)):
+            raise BertkitError(f"architectures must be a list of class names, not {self.architectures!r}")
 
     @property
     def label2id(self) -> dict[str, int] | None:
@@ -142,5 +179,4 @@ class BertConfig:
         return d
 
     def save(self, directory: str | Path) -> None:
-        path = Path(directory) / "config.json"
-        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        atomic_write_text(Path(directory) / "config.json", json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")

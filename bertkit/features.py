@@ -22,8 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import flags
 from .errors import BertkitError
 from .model import ModelOutput
+from .outputs import atomic_open, atomic_write, atomic_write_text, check_output_file, write_json
 
 log = logging.getLogger("bertkit")
 
@@ -183,7 +185,7 @@ def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers
     stream = iter_features(model, tokenizer, texts, layers, pool, batch_size, max_seq_length, device, precision, progress)
     count = 0
     if fmt == "jsonl":
-        with output.open("w", encoding="utf-8") as handle:
+        with atomic_open(output) as handle:  # appears only complete; a failure leaves no partial file
             for index, tokens, features in stream:
                 handle.write(json.dumps(_jsonl_record(index, tokens, features, layers, pool)) + "\n")
                 count += 1
@@ -198,16 +200,18 @@ def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers
     matrix = np.concatenate(arrays)
     offsets_array = np.asarray(offsets, dtype=np.int64)
     sidecars = _array_paths(output)
-    sidecars["tokens"].write_text("".join(t + "\n" for t in all_tokens), encoding="utf-8")
+    atomic_write_text(sidecars["tokens"], "".join(t + "\n" for t in all_tokens))
     if fmt == "npy":
-        np.save(output, matrix)
-        np.save(sidecars["offsets"], offsets_array)
+        for path, array in ((output, matrix), (sidecars["offsets"], offsets_array)):
+            with atomic_open(path, "wb") as handle:  # a handle: np.save would add ".npy" to a temp name
+                np.save(handle, array)
     else:
         from safetensors.numpy import save_file
 
         token_ids = np.asarray(tokenizer.convert_tokens_to_ids(all_tokens), dtype=np.int64)
-        save_file({"features": matrix, "offsets": offsets_array, "token_ids": token_ids}, str(output),
-                  metadata={"layers": json.dumps(list(layers)), "pool": pool})
+        tensors = {"features": matrix, "offsets": offsets_array, "token_ids": token_ids}
+        atomic_write(output, lambda tmp: save_file(tensors, tmp, metadata={"layers": json.dumps(list(layers)),
+                                                                            "pool": pool}))
     return {"texts": len(arrays), "tokens": int(matrix.shape[0]), "shape": list(matrix.shape), "output": str(output)}
 
 
@@ -253,25 +257,38 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="default from the output suffix (.npy, .safetensors), else jsonl")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="array formats only")
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--max-seq-length", type=flags.int_between(3), default=128)
+    parser.add_argument("--batch-size", type=flags.positive_int, default=32)
+    parser.add_argument("--device", default="auto", type=flags.device)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="fp32")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="use a checkpoint whose encoder does not match its config.json (random weights there)")
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--cased", dest="cased", action="store_true", default=None,
                       help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
     case.add_argument("--uncased", dest="cased", action="store_false")
 
 
+def check_feature_outputs(output: str | Path, fmt: str, inputs, overwrite: bool) -> None:
+    """Before extracting: no output file (or sidecar) may be an input, a non-file, or exist unless overwrite."""
+    output = Path(output)
+    sidecars = _array_paths(output)
+    paths = [output] + ([] if fmt == "jsonl" else [sidecars["tokens"]]) + ([sidecars["offsets"]] if fmt == "npy" else [])
+    for path in paths:
+        check_output_file(path, inputs=inputs, overwrite=overwrite)
+
+
 def run_from_args(args) -> int:
-    import sys
 
     from .model import BertModel
     from .tasks.ner import load_tokenizer
 
     fmt = args.format or {".npy": "npy", ".safetensors": "safetensors"}.get(Path(args.output).suffix, "jsonl")
+    check_feature_outputs(args.output, fmt, inputs=[args.input, *Path(args.model).glob("*")],
+                          overwrite=args.overwrite)
     texts = read_feature_inputs(args.input)
-    model = BertModel.from_pretrained(args.model)
+    model = BertModel.from_pretrained(args.model, allow_missing_weights=args.allow_missing_weights)
     tokenizer = load_tokenizer(args.model, args.cased)
     summary = write_features(model, tokenizer, texts, args.output, _parse_layers(args.layers), args.pool, fmt,
                              args.dtype, args.batch_size, args.max_seq_length, args.device, args.precision,
@@ -533,7 +550,7 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
         del tagger
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
     return results
 
 
@@ -545,7 +562,7 @@ def save_tagger(tagger: BiLSTMTagger, directory: str | Path, config: dict) -> No
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in tagger.state_dict().items()}  # the cache is non-persistent
     save_file(state, str(directory / "tagger.safetensors"))
-    (directory / "tagger_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(directory / "tagger_config.json", config)
 
 
 __all__ = ["select_layers", "resolve_layer", "extract_features", "iter_features", "write_features", "parse_text",

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from .config import BertConfig
 from .errors import BertkitError
+from .outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
+from .tokenizer import BertTokenizer
 
 log = logging.getLogger("bertkit")
 
 WEIGHTS_NAME = "model.safetensors"
 # Tied to the word embeddings / the output bias: the file may hold them, the model does not.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+ENCODER_PREFIXES = ("bert.embeddings", "bert.encoder", "embeddings", "encoder")
+ALLOW_HINT = ("to use random weights there on purpose, pass --allow-missing-weights (predict, extract-features) "
+              "or allow_missing_weights=True")
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -33,20 +37,6 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise BertkitError(f"cannot read safetensors weights ({e})", path=str(path)) from None
-
-
-def atomic_write(path: Path, write) -> None:
-    """write(tmp_path) then rename, so a crash never leaves a half-written file under the real name."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _legacy_name(key: str) -> str:
@@ -91,18 +81,20 @@ class PreTrainedMixin:
         import dataclasses
 
         config = dataclasses.replace(self.config, architectures=[type(self).__name__])
-        atomic_write(directory / "config.json",
-                     lambda tmp: Path(tmp).write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"))
+        atomic_write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
             tokenizer.save_pretrained(directory)
         return directory
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, config=None, **config_overrides):
+    def from_pretrained(cls, directory: str | Path, config=None, require_head: bool = False,
+                        allow_missing_weights: bool = False, **config_overrides):
         """Load weights (and config.json unless `config` is given); overrides such as num_labels=3
-        change the config before the model is built (a new head is then freshly initialised)."""
-        from .config import BertConfig
+        change the config before the model is built (a new head is then freshly initialised).
 
+        An encoder the checkpoint does not fill exactly (fewer or more layers than config.json says)
+        is an error, and with `require_head` (prediction) so is a task head it lacks; random weights
+        there would give silently meaningless outputs. `allow_missing_weights` permits both."""
         directory = Path(directory)
         if not directory.is_dir():
             raise BertkitError("model directory not found", path=str(directory))
@@ -124,10 +116,13 @@ class PreTrainedMixin:
                     "convert them to safetensors first)") if pickled else ""
             raise BertkitError(f"no {WEIGHTS_NAME}{hint}", path=str(directory))
         model = cls(config)
-        model.load_checkpoint_state(read_safetensors(weights), source=str(weights))
+        model.load_checkpoint_state(read_safetensors(weights), source=str(weights),
+                                    complete=not allow_missing_weights, require_head=require_head)
         return model
 
-    def load_checkpoint_state(self, ckpt: dict[str, torch.Tensor], source: str = "checkpoint"):
+    def load_checkpoint_state(self, ckpt: dict[str, torch.Tensor], source: str = "checkpoint",
+                              complete: bool = False, require_head: bool = False):
+        """Copy checkpoint tensors in; `complete` refuses (see check_complete) instead of reporting gaps."""
         own = self.state_dict()
         mapped, unexpected = map_checkpoint_keys(ckpt, set(own))
         for key, tensor in mapped.items():
@@ -138,6 +133,8 @@ class PreTrainedMixin:
                     path=source,
                 )
         missing = sorted(set(own) - set(mapped))
+        if complete:
+            check_complete(missing, sorted(unexpected), self.config, require_head, source)
         self.load_state_dict(mapped, strict=False)
         if missing or unexpected:
             parts = []
@@ -147,9 +144,41 @@ class PreTrainedMixin:
                 parts.append(f"unused from checkpoint: {', '.join(sorted(unexpected))}")
             # A new task head, or pre-training heads left behind, is the normal fine-tuning case; a
             # missing or unused encoder weight is not.
-            surprising = [k for k in missing + unexpected
-                          if k.startswith(("bert.embeddings", "bert.encoder", "embeddings", "encoder"))]
+            surprising = [k for k in missing + unexpected if k.startswith(ENCODER_PREFIXES)]
             log.log(logging.WARNING if surprising else logging.INFO, "%s into %s: %s", source,
                     type(self).__name__, "; ".join(parts))
         self.loading_info = {"missing_keys": missing, "unexpected_keys": sorted(unexpected)}
         return self.loading_info
+
+
+def _shown(keys: list[str], limit: int = 3) -> str:
+    return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def check_complete(missing: list[str], unexpected: list[str], config, require_head: bool, source: str) -> None:
+    """Refuse a load that leaves encoder weights random or unused (or, with require_head, the task head)."""
+    encoder_missing = [k for k in missing if k.startswith(ENCODER_PREFIXES)]
+    encoder_unused = [k for k in unexpected if k.startswith(ENCODER_PREFIXES)]
+    if encoder_missing or encoder_unused:
+        what = (f"has no weights for {_shown(encoder_missing)}" if encoder_missing
+                else f"holds encoder weights the model does not use ({_shown(encoder_unused)})")
+        raise BertkitError(f"checkpoint {what}: it does not match config.json's {config.num_hidden_layers} layers "
+                           f"of size {config.hidden_size}; {ALLOW_HINT}", path=source)
+    head_missing = [k for k in missing if not k.startswith(ENCODER_PREFIXES)]
+    if require_head and head_missing:
+        raise BertkitError(f"checkpoint has no task head ({_shown(head_missing)}): predictions would come from "
+                           f"random weights (fine-tune it first); {ALLOW_HINT}", path=source)
+
+
+def model_tokenizer(directory: str | Path, do_lower_case: bool | None = None):
+    """The model folder's tokenizer, checked against its config.json: every id the tokenizer gives
+    must have a row in the embedding matrix (a foreign vocab.txt fails here, not mid-training)."""
+    tokenizer = BertTokenizer.from_pretrained(directory, do_lower_case=do_lower_case)
+    config_file = Path(directory) / "config.json"
+    if config_file.is_file():
+        vocab_size = BertConfig.from_json_file(config_file).vocab_size
+        if tokenizer.vocab_size > vocab_size:
+            raise BertkitError(f"vocabulary has {tokenizer.vocab_size} entries but config.json's vocab_size is "
+                               f"{vocab_size}: is this the model's own vocab.txt?", path=str(tokenizer.vocab_file))
+    return tokenizer
+

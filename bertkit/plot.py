@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from .errors import BertkitError
+from .outputs import atomic_write
 
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
@@ -14,16 +16,29 @@ def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise BertkitError("no metrics.jsonl (is this a bertkit run directory?)", path=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise BertkitError(f"not UTF-8 text ({e.reason})", path=str(path)) from None
     train, evals = [], []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BertkitError(f"not a JSON object ({e.msg})", path=str(path), line=n) from None
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise BertkitError(f"not a JSON object ({getattr(e, 'msg', 'nested too deeply')})",
+                               path=str(path), line=n) from None
+        if not isinstance(record, dict):
+            raise BertkitError(f"expected a JSON object, found {type(record).__name__}", path=str(path), line=n)
+        if not _is_number(record.get("step")):
+            raise BertkitError("record has no numeric \"step\"", path=str(path), line=n)
         (evals if record.get("eval") else train).append(record)
     return train, evals
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # figure file -> [(record kind, key, label)]
@@ -54,7 +69,7 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         drawn = 0
         for kind, key, label in series:
             records = train if kind == "train" else evals
-            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            points = [(r["step"], r[key]) for r in records if _is_number(r.get(key))]
             if points:
                 xs, ys = zip(*points)
                 ax.plot(xs, ys, marker="o" if kind == "eval" else None, markersize=3, label=label)
@@ -67,7 +82,7 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        atomic_write(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
         plt.close(fig)
         written.append(out / name)
     name, series = WALL_CLOCK_FIGURE

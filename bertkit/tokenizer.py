@@ -35,6 +35,7 @@ from typing import IO, Iterable, Iterator, Sequence
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
+from bertkit.outputs import atomic_write_text
 
 VOCAB_NAME = "vocab.txt"
 CONFIG_NAME = "tokenizer_config.json"
@@ -657,8 +658,8 @@ class BertTokenizer:
         directory.mkdir(parents=True, exist_ok=True)
         vocab_path = directory / VOCAB_NAME
         config_path = directory / CONFIG_NAME
-        vocab_path.write_text("".join(token + "\n" for token in self.ids_to_tokens), encoding="utf-8")
-        config_path.write_text(json.dumps(_tokenizer_config(self.do_lower_case), indent=2) + "\n", encoding="utf-8")
+        atomic_write_text(vocab_path, "".join(token + "\n" for token in self.ids_to_tokens))
+        atomic_write_text(config_path, json.dumps(_tokenizer_config(self.do_lower_case), indent=2) + "\n")
         return str(vocab_path), str(config_path)
 
 
@@ -743,8 +744,8 @@ def train_tokenizer(
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / VOCAB_NAME).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    (output_dir / CONFIG_NAME).write_text(json.dumps(_tokenizer_config(lowercase), indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(output_dir / VOCAB_NAME, "".join(t + "\n" for t in tokens))
+    atomic_write_text(output_dir / CONFIG_NAME, json.dumps(_tokenizer_config(lowercase), indent=2) + "\n")
     return BertTokenizer.from_pretrained(output_dir)
 
 

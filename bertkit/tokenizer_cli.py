@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+from . import flags
+from .outputs import check_output_dir, check_output_file
+from .tokenizer import CONFIG_NAME, SPECIAL_TOKENS, VOCAB_NAME, BertTokenizer, tokenize_stream, train_tokenizer
 
 
 class train:
     @staticmethod
     def add_arguments(p) -> None:
         p.add_argument("--input", nargs="+", required=True, help="corpus files (plain or .gz), one sentence per line")
-        p.add_argument("--vocab-size", type=int, required=True)
+        # The trainer counts in 32 bits; no BERT vocabulary comes near ten million pieces.
+        p.add_argument("--vocab-size", type=flags.int_between(len(SPECIAL_TOKENS) + 1, 10_000_000), required=True)
         p.add_argument("--output", required=True, help="directory for vocab.txt + tokenizer_config.json")
         p.add_argument("--cased", action="store_true", help="keep case and accents (default: uncased)")
-        p.add_argument("--min-frequency", type=int, default=2)
+        p.add_argument("--min-frequency", type=flags.int_between(1, 2**31 - 1), default=2)
+        p.add_argument("--overwrite", action="store_true",
+                       help="replace vocab.txt / tokenizer_config.json already in --output")
 
     @staticmethod
     def run_from_args(args) -> int:
-        from .tokenizer import train_tokenizer
-
-        tok = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
+        # Before training: a model folder's vocabulary (or an input) is never silently replaced.
+        output = check_output_dir(args.output, overwrite=True)
+        for name in (VOCAB_NAME, CONFIG_NAME):
+            check_output_file(output / name, inputs=args.input, overwrite=args.overwrite)
+        tok = train_tokenizer(args.input, args.vocab_size, output, lowercase=not args.cased,
                               min_frequency=args.min_frequency)
-        print(f"{tok.vocab_size} tokens ({'cased' if args.cased else 'uncased'}) -> {args.output}")
+        print(f"{tok.vocab_size} tokens ({'cased' if args.cased else 'uncased'}) -> {Path(args.output)}")
         return 0
 
 
@@ -33,8 +43,6 @@ class tokenize:
 
     @staticmethod
     def run_from_args(args) -> int:
-        from .tokenizer import BertTokenizer, tokenize_stream
-
         tok = BertTokenizer.from_pretrained(args.vocab, do_lower_case=False if args.cased else None)
         # Bytes in, so invalid UTF-8 is reported with its line number.
         tokenize_stream(tok, sys.stdin.buffer, sys.stdout, as_tokens=args.tokens)

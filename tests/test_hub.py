@@ -158,15 +158,17 @@ def test_pretraining_checkpoint_into_classifier_reports_once(tmp_path, caplog):
     assert 0 < classifier.classifier.weight.abs().max() <= 0.04
 
 
-def test_missing_encoder_weights_warn(tmp_path, caplog):
+def test_missing_encoder_weights_are_an_error_unless_allowed(tmp_path, caplog):
     from safetensors.torch import load_file, save_file
 
     build("BertModel").save_pretrained(tmp_path)
     state = load_file(tmp_path / "model.safetensors")
     del state["encoder.layer.0.output.dense.weight"]
     save_file(state, tmp_path / "model.safetensors")
-    with caplog.at_level(logging.INFO, logger="bertkit"):
+    with pytest.raises(BertkitError, match="no weights for encoder.layer.0.output.dense.weight.*--allow-missing-weights"):
         bertkit.BertModel.from_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        bertkit.BertModel.from_pretrained(tmp_path, allow_missing_weights=True)
     warnings = [r for r in caplog.records if r.name == "bertkit" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "encoder.layer.0.output.dense.weight" in warnings[0].getMessage()
 

@@ -28,7 +28,7 @@ import string
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import BertkitError
 
@@ -154,8 +154,9 @@ def _check_na_probs(na_probs: Any, path: str | None = None) -> Mapping[str, floa
     if not isinstance(na_probs, Mapping):
         raise BertkitError("no-answer probabilities must be a JSON object mapping question id to a number", path=path)
     for qid, value in na_probs.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise BertkitError(f"no-answer probability for question {qid} is {value!r}, expected a number", path=path)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise BertkitError(f"no-answer probability for question {qid} is {value!r}, expected a finite number",
+                               path=path)
     return na_probs
 
 
@@ -163,12 +164,18 @@ def is_squad_v2(dataset_json: Mapping) -> bool:
     """True for SQuAD 2.0 data: version "v2.0", or any question carrying 'is_impossible'."""
     if str(dataset_json.get("version", "")).lstrip("v") == "2.0":
         return True
-    return any(
-        "is_impossible" in qa
-        for article in dataset_json.get("data", [])
-        for paragraph in article.get("paragraphs", [])
-        for qa in paragraph.get("qas", [])
-    )
+    return any("is_impossible" in qa for qa in _question_objects(dataset_json))
+
+
+def _question_objects(dataset_json: Mapping) -> Iterator[Mapping]:
+    """Every question object, stepping over anything of the wrong shape (the readers report those)."""
+    def items(container, key):
+        value = container.get(key) if isinstance(container, Mapping) else None
+        return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+    for article in items(dataset_json, "data"):
+        for paragraph in items(article, "paragraphs"):
+            yield from items(paragraph, "qas")
 
 
 # --------------------------------------------------------------------------- SQuAD v1.1
@@ -446,7 +453,8 @@ def evaluate_squad(
         )
     if na_prob_file is not None:
         raise BertkitError("a no-answer probability file only applies to SQuAD v2.0 data", path=str(data_file))
+    scores = _score_v1(dataset_json, predictions, str(data_file))  # first: an error stays the only stderr line
     version = dataset_json.get("version")
     if version is not None and version != "1.1":
         print(f"Evaluation expects v-1.1, but got dataset with v-{version}", file=sys.stderr)
-    return _score_v1(dataset_json, predictions, str(data_file))
+    return scores

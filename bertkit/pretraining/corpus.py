@@ -202,6 +202,8 @@ def read_corpus_file(
         raise BertkitError(f"encoding_errors must be 'strict' or 'replace', not {encoding_errors!r}")
     if raw_document_break_lines < 1:
         raise BertkitError("raw_document_break_lines must be at least 1")
+    if max_line_chars < 1:  # the long-line splitter would never advance
+        raise BertkitError(f"max_line_chars must be at least 1, not {max_line_chars}")
     stats = stats if stats is not None else CorpusStats()
     path = Path(path)
     name = str(path)

@@ -31,8 +31,8 @@ loader will use).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
 import logging
@@ -48,8 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, flags
 from ..errors import BertkitError
+from ..outputs import atomic_open, check_output_file
 from .corpus import (
     DEFAULT_MAX_LINE_CHARS,
     DEFAULT_RAW_DOCUMENT_BREAK_LINES,
@@ -65,10 +66,12 @@ from .shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    SHARD_PREFIX,
     ShardWriter,
     clear_output_dir,
     derive_seed,
     id_dtype_for,
+    sha256_file,
     write_json_atomic,
 )
 
@@ -283,14 +286,6 @@ def _ordered_parallel_map(pool, function, items: Iterable[tuple], max_in_flight:
         yield pending.popleft().get()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _write_dump(handle, result: _BlockResult, ids_to_tokens: Sequence[str]) -> None:
     pairs, masks = result.pairs, result.dump_masks
     shown_ids = masks.get("masked_input_ids", pairs.input_ids)
@@ -358,6 +353,12 @@ def create_pretraining_data(
         raise BertkitError(f"workers must be at least 1, not {workers}")
     if block_chars < 1:
         raise BertkitError("block_chars must be positive")
+    if max_line_chars < 1:
+        raise BertkitError(f"max_line_chars must be at least 1, not {max_line_chars}")
+    if shard_size < 1:
+        raise BertkitError(f"shard_size must be at least 1, not {shard_size}")
+    if raw_document_break_lines < 1:
+        raise BertkitError(f"raw_document_break_lines must be at least 1, not {raw_document_break_lines}")
 
     files = expand_inputs(inputs)
     vocab_path = Path(vocab)
@@ -366,6 +367,8 @@ def create_pretraining_data(
         raise BertkitError("vocabulary file not found", path=str(vocab_file))
     tokenizer = _load_tokenizer(str(vocab_path))
     output_dir = Path(output_dir)
+    if dump_jsonl is not None:  # before any work: never write over an input, a link, a device ...
+        check_output_file(dump_jsonl, inputs=[*files, vocab_file], overwrite=overwrite)
     clear_output_dir(output_dir, overwrite)
 
     settings = _BlockSettings(
@@ -405,64 +408,50 @@ def create_pretraining_data(
                          vocab_size=tokenizer.vocab_size, static_masks=masking == "static", shard_size=shard_size)
     totals: dict[str, int] = {}
     blocks = 0
-    dump_handle = None
-    dump_tmp = None
     pool = None
     try:
-        if dump_jsonl is not None:
-            dump_tmp = Path(str(dump_jsonl) + ".tmp")
-            dump_handle = open(dump_tmp, "w", encoding="utf-8")
-        if workers == 1:
-            _init_worker(settings, parallel_tokenizer=True, tokenizer=tokenizer)
-            results: Iterator[_BlockResult] = (_process_block(*job) for job in jobs)
-        else:
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            # Set while the workers start, so that `tokenizers` does not warn about a fork after
-            # this process used its thread pool; the caller's setting is restored right after.
-            previous = os.environ.get("TOKENIZERS_PARALLELISM")
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"
-            try:
-                pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker,
-                                                               initargs=(settings, False))
-            finally:
-                if previous is None:
-                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
-                else:
-                    os.environ["TOKENIZERS_PARALLELISM"] = previous
-            results = _ordered_parallel_map(pool, _process_block, jobs, max_in_flight=2 * workers)
-        for result in results:
-            blocks += 1
-            writer.add(result.pairs, result.masks)
-            if dump_handle is not None:
-                _write_dump(dump_handle, result, tokenizer.ids_to_tokens)
-            for key, value in result.counts.items():
-                totals[key] = totals.get(key, 0) + value
-            if bar is not None:
-                bar.set_postfix(instances=totals.get("instances", 0), refresh=False)
-        shards = writer.close()
-    except BaseException:
-        if dump_handle is not None:
-            dump_handle.close()
-            dump_tmp.unlink(missing_ok=True)
-        raise
+        with contextlib.ExitStack() as dump_file:
+            # The dump appears under its name only once complete (atomic_open removes it on any failure).
+            dump_handle = dump_file.enter_context(atomic_open(dump_jsonl)) if dump_jsonl is not None else None
+            if workers == 1:
+                _init_worker(settings, parallel_tokenizer=True, tokenizer=tokenizer)
+                results: Iterator[_BlockResult] = (_process_block(*job) for job in jobs)
+            else:
+                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+                # Set while the workers start, so that `tokenizers` does not warn about a fork after
+                # this process used its thread pool; the caller's setting is restored right after.
+                previous = os.environ.get("TOKENIZERS_PARALLELISM")
+                os.environ["TOKENIZERS_PARALLELISM"] = "false"
+                try:
+                    pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker,
+                                                                   initargs=(settings, False))
+                finally:
+                    if previous is None:
+                        os.environ.pop("TOKENIZERS_PARALLELISM", None)
+                    else:
+                        os.environ["TOKENIZERS_PARALLELISM"] = previous
+                results = _ordered_parallel_map(pool, _process_block, jobs, max_in_flight=2 * workers)
+            for result in results:
+                blocks += 1
+                writer.add(result.pairs, result.masks)
+                if dump_handle is not None:
+                    _write_dump(dump_handle, result, tokenizer.ids_to_tokens)
+                for key, value in result.counts.items():
+                    totals[key] = totals.get(key, 0) + value
+                if bar is not None:
+                    bar.set_postfix(instances=totals.get("instances", 0), refresh=False)
+            shards = writer.close()
+            if not totals.get("instances"):
+                raise BertkitError("the inputs produced no instances: they contain no text the vocabulary can encode")
     finally:
         if pool is not None:
             pool.terminate()
             pool.join()
         if bar is not None:
             bar.close()
-        if dump_handle is not None and not dump_handle.closed:
-            dump_handle.close()
-        for leftover in output_dir.glob("*.tmp"):
+        for leftover in output_dir.glob(f"{SHARD_PREFIX}*.tmp"):  # only what this run wrote
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         _worker_state.clear()
-
-    if not totals.get("instances"):
-        if dump_tmp is not None and dump_tmp.exists():
-            dump_tmp.unlink()
-        raise BertkitError("the inputs produced no instances: they contain no text the vocabulary can encode")
-    if dump_tmp is not None:
-        os.replace(dump_tmp, dump_jsonl)
 
     vocab_copy = output_dir / "vocab.txt"
     shutil.copyfile(vocab_file, output_dir / "vocab.txt.tmp")
@@ -499,7 +488,7 @@ def create_pretraining_data(
         "created_by": f"bertkit {__version__}",
         "config": config,
         "vocab": {
-            "file": "vocab.txt", "source": str(vocab_file), "sha256": _sha256_file(vocab_file),
+            "file": "vocab.txt", "source": str(vocab_file), "sha256": sha256_file(vocab_file),
             "size": tokenizer.vocab_size, "do_lower_case": bool(getattr(tokenizer, "do_lower_case", True)),
             "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id,
             "sep_id": tokenizer.sep_token_id, "mask_id": tokenizer.mask_token_id,
@@ -526,30 +515,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inputs are running text in paragraphs; split sentences with pysbd")
     parser.add_argument("--vocab", required=True, metavar="PATH", help="vocab.txt or a directory holding one")
     parser.add_argument("--output", required=True, metavar="DIR", help="output directory for shards + manifest.json")
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--max-predictions-per-seq", type=int, default=20)
-    parser.add_argument("--masked-lm-prob", type=float, default=0.15)
-    parser.add_argument("--short-seq-prob", type=float, default=0.1)
-    parser.add_argument("--dupe-factor", type=int, default=None,
+    parser.add_argument("--max-seq-length", type=flags.int_between(5, 65535), default=128)
+    parser.add_argument("--max-predictions-per-seq", type=flags.int_between(1, 255), default=20)
+    parser.add_argument("--masked-lm-prob", type=flags.positive_float, default=0.15)
+    parser.add_argument("--short-seq-prob", type=flags.probability, default=0.1)
+    parser.add_argument("--dupe-factor", type=flags.positive_int, default=None,
                         help="passes over the corpus (default 10 with static, 1 with dynamic masking)")
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--seed", type=flags.seed, default=12345)
     parser.add_argument("--whole-word-mask", action="store_true")
     parser.add_argument("--masking", choices=("static", "dynamic"), default="static")
     parser.add_argument("--mask-mix", default="80,10,10", metavar="MASK,SAME,RANDOM",
                         help="percentages of predicted positions shown as [MASK], unchanged, random token")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=flags.int_between(1, 256), default=1, help="processes (1 to 256)")
     parser.add_argument("--dump-jsonl", default=None, metavar="FILE",
                         help="also write every instance as JSON (original field names)")
-    parser.add_argument("--shard-size", type=int, default=DEFAULT_SHARD_SIZE, metavar="N", help="instances per shard")
-    parser.add_argument("--block-chars", type=int, default=DEFAULT_BLOCK_CHARS, metavar="N",
+    parser.add_argument("--shard-size", type=flags.positive_int, default=DEFAULT_SHARD_SIZE, metavar="N", help="instances per shard")
+    parser.add_argument("--block-chars", type=flags.positive_int, default=DEFAULT_BLOCK_CHARS, metavar="N",
                         help="characters of text per processing block (NotNext partners come from the same block)")
-    parser.add_argument("--max-line-chars", type=int, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
+    parser.add_argument("--max-line-chars", type=flags.positive_int, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
                         help="longer lines are split at whitespace")
-    parser.add_argument("--raw-document-break-lines", type=int, default=DEFAULT_RAW_DOCUMENT_BREAK_LINES, metavar="N",
+    parser.add_argument("--raw-document-break-lines", type=flags.positive_int, default=DEFAULT_RAW_DOCUMENT_BREAK_LINES, metavar="N",
                         help="with --raw, this many consecutive blank lines end a document")
     parser.add_argument("--encoding-errors", choices=("strict", "replace"), default="strict",
                         help="invalid UTF-8: stop with an error (strict) or replace the bad bytes")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing data in --output")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace existing data in --output (and an existing --dump-jsonl file)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -34,6 +34,8 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError
+from ..outputs import atomic_open
+from ..tokenizer import load_vocab
 from .instances import PairArrays
 from .masking import mask_batch, parse_mask_mix
 
@@ -55,14 +57,26 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _manifest_int(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a non-negative whole number, found {value!r}")
+    return value
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:  # no partial manifest, and no temporary file left on failure
         json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class ShardWriter:
@@ -172,6 +186,8 @@ class PretrainingDataset:
         except json.JSONDecodeError as exc:
             raise BertkitError(f"manifest is not valid JSON: {exc.msg}", path=str(manifest_path),
                                line=exc.lineno) from None
+        if not isinstance(self.manifest, dict):
+            raise BertkitError("manifest is not a JSON object", path=str(manifest_path))
         if self.manifest.get("format") != FORMAT_NAME or self.manifest.get("format_version") != FORMAT_VERSION:
             raise BertkitError(
                 f"unsupported data format {self.manifest.get('format')!r} "
@@ -179,36 +195,83 @@ class PretrainingDataset:
                 f" (this bertkit reads {FORMAT_NAME!r} version {FORMAT_VERSION})",
                 path=str(manifest_path),
             )
-        config = self.manifest["config"]
-        vocab = self.manifest["vocab"]
-        self.max_seq_length: int = config["max_seq_length"]
-        self.masking: str = config["masking"]
-        self.masked_lm_prob: float = config["masked_lm_prob"]
-        self.max_predictions: int = config["max_predictions_per_seq"]
-        self.mask_mix = tuple(config["mask_mix"])
-        self.whole_word_mask: bool = config["whole_word_mask"]
-        self.vocab_size: int = vocab["size"]
-        self.pad_id: int = vocab["pad_id"]
-        self.cls_id: int = vocab["cls_id"]
-        self.sep_id: int = vocab["sep_id"]
-        self.mask_id: int = vocab["mask_id"]
+        try:
+            config, vocab = self.manifest["config"], self.manifest["vocab"]
+            self.max_seq_length: int = _manifest_int(config["max_seq_length"])
+            self.masking: str = config["masking"]
+            self.masked_lm_prob: float = config["masked_lm_prob"]
+            self.max_predictions: int = _manifest_int(config["max_predictions_per_seq"])
+            self.mask_mix = tuple(config["mask_mix"])
+            self.whole_word_mask: bool = config["whole_word_mask"]
+            self.vocab_size: int = _manifest_int(vocab["size"])
+            self.pad_id: int = _manifest_int(vocab["pad_id"])
+            self.cls_id: int = _manifest_int(vocab["cls_id"])
+            self.sep_id: int = _manifest_int(vocab["sep_id"])
+            self.mask_id: int = _manifest_int(vocab["mask_id"])
+            shards = [(str(s["name"]), _manifest_int(s["instances"])) for s in self.manifest["shards"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BertkitError(f"manifest is incomplete or malformed ({type(exc).__name__}: {exc})",
+                               path=str(manifest_path)) from None
+        if self.masking not in ("static", "dynamic"):
+            raise BertkitError(f"manifest masking {self.masking!r} is not 'static' or 'dynamic'", path=str(manifest_path))
+        self._check_vocabulary(vocab)
         names = PAIR_ARRAYS + (MASK_ARRAYS if self.masking == "static" else ())
         self._shards: list[dict[str, np.ndarray]] = []
-        for shard in self.manifest["shards"]:
-            arrays = {}
-            for key in names:
-                path = self.directory / shard["name"] / f"{key}.npy"
-                try:
-                    arrays[key] = np.load(path, mmap_mode="r")
-                except FileNotFoundError:
-                    raise BertkitError("shard file listed in the manifest is missing", path=str(path)) from None
-                if len(arrays[key]) != shard["instances"]:
-                    raise BertkitError(f"shard has {len(arrays[key])} rows, manifest says {shard['instances']}",
-                                       path=str(path))
+        for name, instances in shards:
+            arrays = {key: self._load_array(self.directory / name / f"{key}.npy", instances) for key in names}
+            self._check_shard(arrays, self.directory / name)
             self._shards.append(arrays)
-        counts = [s["instances"] for s in self.manifest["shards"]]
+        counts = [instances for _, instances in shards]
         self._shard_ends = np.cumsum(counts, dtype=np.int64)
         self._continuation: torch.Tensor | None = None
+
+    def _check_vocabulary(self, vocab: dict) -> None:
+        """The vocabulary copy is the one the ids were made with: same SHA-256 and size as recorded."""
+        path = self.directory / str(vocab.get("file", "vocab.txt"))
+        if not path.is_file():
+            raise BertkitError("vocabulary copy missing from the data directory", path=str(path))
+        recorded = vocab.get("sha256")
+        if recorded is not None and sha256_file(path) != recorded:
+            raise BertkitError("vocabulary differs from the one the data was made with (SHA-256 does not match "
+                               "manifest.json); recreate the data or restore its vocab.txt", path=str(path))
+        entries = len(load_vocab(path))
+        if entries != self.vocab_size:
+            raise BertkitError(f"vocabulary has {entries} entries, manifest.json says {self.vocab_size}", path=str(path))
+        if max(self.pad_id, self.cls_id, self.sep_id, self.mask_id) >= self.vocab_size:
+            raise BertkitError("manifest's special token ids lie outside the vocabulary", path=str(path))
+
+    @staticmethod
+    def _load_array(path: Path, rows: int) -> np.ndarray:
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise BertkitError("shard file listed in the manifest is missing", path=str(path)) from None
+        except (ValueError, OSError, EOFError) as exc:  # truncated or not a .npy file
+            raise BertkitError(f"corrupt shard array ({exc})", path=str(path)) from None
+        if array.ndim == 0 or len(array) != rows:
+            raise BertkitError(f"shard has {0 if array.ndim == 0 else len(array)} rows, manifest says {rows}",
+                               path=str(path))
+        if not np.issubdtype(array.dtype, np.integer):
+            raise BertkitError(f"shard array has dtype {array.dtype}, expected integers", path=str(path))
+        return array
+
+    def _check_shard(self, arrays: dict[str, np.ndarray], folder: Path) -> None:
+        """Shapes and value ranges, so a damaged shard fails here, not as an IndexError mid-training."""
+        ids = arrays["input_ids"]
+        if ids.ndim != 2 or ids.shape[1] != self.max_seq_length:
+            raise BertkitError(f"input_ids has shape {ids.shape}, expected (rows, {self.max_seq_length})",
+                               path=str(folder / "input_ids.npy"))
+        for key in ("input_ids", "masked_lm_ids"):
+            if key in arrays and arrays[key].size and int(arrays[key].max()) >= self.vocab_size:
+                raise BertkitError(f"{key} holds token id {int(arrays[key].max())}, beyond the vocabulary's "
+                                   f"{self.vocab_size} entries", path=str(folder / f"{key}.npy"))
+        lengths = arrays["lengths"]
+        if lengths.size and (int(lengths.max()) > self.max_seq_length or int(lengths.min()) < 1):
+            raise BertkitError(f"lengths outside 1..{self.max_seq_length}", path=str(folder / "lengths.npy"))
+        if "masked_lm_positions" in arrays:
+            positions = arrays["masked_lm_positions"]
+            if positions.ndim != 2 or (positions.size and int(positions.max()) >= self.max_seq_length):
+                raise BertkitError("masked_lm_positions outside the sequence", path=str(folder / "masked_lm_positions.npy"))
 
     def __len__(self) -> int:
         return int(self._shard_ends[-1]) if len(self._shard_ends) else 0

@@ -13,7 +13,9 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from .. import flags
 from ..errors import BertkitError
+from ..outputs import atomic_write_text, check_output_dir
 
 PAD_VALUES = {"labels": -100, "start_positions": None, "end_positions": None}
 
@@ -289,7 +291,7 @@ def write_predictions(path: Path, indices: Sequence, predictions: Sequence) -> N
     if len(indices) != len(predictions):
         raise BertkitError(f"{len(predictions)} predictions for {len(indices)} examples", path=str(path))
     lines = ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(indices, predictions)]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def number(text: str) -> int | float:
@@ -298,23 +300,42 @@ def number(text: str) -> int | float:
     return int(value) if value.is_integer() else value
 
 
+# [CLS] + at least one word piece of each segment + two [SEP]s, with room for a question or a pair.
+MIN_SEQ_LENGTH = 8
+
+
+def add_overwrite_argument(parser) -> None:
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an output folder that already holds results (they are replaced)")
+
+
+def check_finetune_output(args) -> None:
+    """Before any work: the output folder must not hold a previous run's results unless --overwrite."""
+    check_output_dir(args.output, overwrite=args.overwrite, kind="fine-tuning results")
+
+
 def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str) -> None:
     """The flags every sentence-level task shares; comma lists make a grid."""
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
     parser.add_argument("--output", required=True, help="output directory")
-    parser.add_argument("--learning-rate", default=learning_rates,
+    add_overwrite_argument(parser)
+    parser.add_argument("--learning-rate", default=learning_rates, type=flags.comma_list(flags.positive_float),
                         help=f"comma list of peak learning rates; each is one run, best on dev wins (default {learning_rates})")
-    parser.add_argument("--epochs", default=epochs, help=f"comma list of epoch counts (default {epochs})")
-    parser.add_argument("--batch-size", default=batch_sizes, help=f"comma list of batch sizes (default {batch_sizes})")
-    parser.add_argument("--seed", default="42", help="comma list of seeds: restarts (shuffling and head init); default 42")
-    parser.add_argument("--max-seq-length", type=int, default=128, help="word pieces per sequence (default 128)")
-    parser.add_argument("--max-train-examples", type=int, default=None,
+    parser.add_argument("--epochs", default=epochs, type=flags.comma_list(flags.positive_number),
+                        help=f"comma list of epoch counts (default {epochs})")
+    parser.add_argument("--batch-size", default=batch_sizes, type=flags.comma_list(flags.positive_int),
+                        help=f"comma list of batch sizes (default {batch_sizes})")
+    parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed),
+                        help="comma list of seeds: restarts (shuffling and head init); default 42")
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=128,
+                        help="word pieces per sequence (default 128)")
+    parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
                         help="train on a deterministic random subset of N examples (quick runs)")
-    parser.add_argument("--eval-batch-size", type=int, default=128)
-    parser.add_argument("--warmup-ratio", type=float, default=0.1, help="linear warm-up fraction (default 0.1)")
-    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=128)
+    parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1, help="linear warm-up fraction (default 0.1)")
+    parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip malformed data rows (and report how many) instead of stopping at the first")
 

@@ -25,9 +25,11 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import BertkitError
+from ..outputs import atomic_write_text, write_json
+from ..hub import model_tokenizer
 from ..metrics.glue import compute_glue_metrics, glue_score, task_score
-from .common import (BadRows, Examples, add_sweep_arguments, config_text, grid, predict, predict_precision,
-                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
+                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 # ---------------------------------------------------------------- 1. the tasks
 
@@ -300,14 +302,13 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                                    skip_bad_rows=skip_bad_rows, eval_batch_size=eval_batch_size,
                                    warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout, log=log)
     from ..heads import BertForSequenceClassification
-    from ..tokenizer import BertTokenizer
 
     spec = glue_task(task)
     if spec.name == "ax":
         raise BertkitError("AX has no training data: it is predicted with the MNLI model (--task mnli)")
     data_dir = resolve_data_dir(data_dir)
     log = log or (lambda message: None)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
 
     train, dev, test = load_glue_task(spec, data_dir, skip_bad_rows)
     splits = {"train": train, "dev": dev, **({"test": test} if test is not None else {})}
@@ -380,7 +381,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         results["submission_files"] = write_submission(spec, model, tokenizer, data_dir, out, test,
                                                        max_seq_length, eval_batch_size, precision, skip_bad_rows)
         model.save_pretrained(out / "model", tokenizer=tokenizer)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
         log(f"{spec.folder}: best run {config_text(best.config)} (dev {100 * best.score:.2f}); wrote {out}")
     return results
 
@@ -462,8 +463,8 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, log: C
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "glue_table.md").write_text(table["markdown"] + "\n")
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        atomic_write_text(out / "glue_table.md", table["markdown"] + "\n")
+        write_json(out / "results.json", results)
     return results
 
 
@@ -531,6 +532,7 @@ def add_finetune_arguments(parser) -> None:
 
 
 def run_finetune(args) -> int:
+    check_finetune_output(args)
     finetune_glue(args.task, args.model, args.data_dir, args.output, **sweep_options(args),
                   log=lambda message: print(message, flush=True))
     return 0

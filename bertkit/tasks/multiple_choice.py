@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import random
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .. import flags
 from ..errors import BertkitError
+from ..outputs import write_json
+from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
-from .common import (BadRows, Examples, add_sweep_arguments, config_text, grid, predict, predict_precision,
-                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
+                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 ENDING_PREFIX = "ending"
 
@@ -34,12 +38,27 @@ class MultipleChoiceExample:
     line: int = 0
 
 
+def read_utf8(path: Path) -> str:
+    """The file's text (a leading BOM dropped); invalid UTF-8 is reported with its line number."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise BertkitError(f"not valid UTF-8 ({e.reason})", path=str(path), line=line) from None
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # str.isdigit alone accepts '²', which int() refuses
+
+
 def _records(path: Path):
     """(line number, {column: value}) per record, or (line, None, field count) when a CSV record has
     the wrong number of fields. Reads a real CSV (quoted fields may hold commas and line breaks) or,
     for .json/.jsonl, one JSON object per line."""
+    text = read_utf8(path)
     if path.suffix in (".json", ".jsonl"):
-        for number, text in enumerate(path.read_text(encoding="utf-8-sig").split("\n"), start=1):
+        for number, text in enumerate(text.split("\n"), start=1):
             if text.strip():
                 try:
                     row = json.loads(text)
@@ -49,7 +68,7 @@ def _records(path: Path):
                     raise BertkitError("not a JSON object per line", path=str(path), line=number)
                 yield number, {k: (v if isinstance(v, str) else str(v)) for k, v in row.items()}, None
         return
-    with path.open(encoding="utf-8-sig", newline="") as f:
+    with io.StringIO(text, newline="") as f:
         reader = csv.reader(f)
         try:
             header = next(reader, None)
@@ -78,7 +97,7 @@ def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
     examples, endings = [], None
     for row_number, (line, row, problem) in enumerate(_records(path)):
         if endings is None:
-            endings = sorted((c for c in row if c.startswith(ENDING_PREFIX) and c[len(ENDING_PREFIX):].isdigit()),
+            endings = sorted((c for c in row if c.startswith(ENDING_PREFIX) and _is_number(c[len(ENDING_PREFIX):])),
                              key=lambda c: int(c[len(ENDING_PREFIX):]))
             if "sent1" not in row or "sent2" not in row or len(endings) < 2:
                 raise BertkitError(f"not a SWAG-style file: needs sent1, sent2 and ending0, ending1, ... columns; "
@@ -91,7 +110,7 @@ def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
         label = None
         raw = (row.get("label") or "").strip()
         if raw != "":
-            if not raw.isdigit() or not 0 <= int(raw) < len(endings):
+            if not _is_number(raw) or not 0 <= int(raw) < len(endings):
                 bad(line, f"label {raw!r} is not an ending number 0..{len(endings) - 1}")
                 continue
             label = int(raw)
@@ -153,7 +172,6 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
     given) and model/ (the best run, Hugging Face layout)."""
     from ..heads import BertForMultipleChoice
-    from ..tokenizer import BertTokenizer
 
     log = log or (lambda message: None)
     train = read_swag_file(train_file, skip_bad_rows)
@@ -169,7 +187,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
     test = read_swag_file(test_file, skip_bad_rows) if test_file is not None else None
 
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
     train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
     dev_features = multiple_choice_features(dev, tokenizer, max_seq_length)
     gold = [e.label for e in dev]
@@ -215,7 +233,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             if all(e.label is not None for e in test):  # a labelled test file: score it too
                 results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
         model.save_pretrained(out / "model", tokenizer=tokenizer)
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
         log(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
     return results
 
@@ -224,14 +242,15 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--train-file", required=True, help="SWAG-style CSV (or JSON lines) with labels")
     parser.add_argument("--dev-file", default=None, help="labelled dev file; without it see --dev-fraction")
     parser.add_argument("--test-file", default=None, help="file to predict (labels optional)")
-    parser.add_argument("--dev-fraction", type=float, default=None,
+    parser.add_argument("--dev-fraction", type=flags.open_fraction, default=None,
                         help="hold out this fraction of the train file as dev when there is no dev file (e.g. 0.2)")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the --dev-fraction split (default 0)")
+    parser.add_argument("--split-seed", type=flags.seed, default=0, help="seed of the --dev-fraction split (default 0)")
     add_sweep_arguments(parser, learning_rates="2e-5", batch_sizes="16", epochs="3")
     parser.epilog = "Defaults follow the paper's SWAG settings: lr 2e-5, batch 16, 3 epochs, max length 128."
 
 
 def run_finetune(args) -> int:
+    check_finetune_output(args)
     options = sweep_options(args)
     finetune_multiple_choice(args.model, args.train_file, args.dev_file, args.output, test_file=args.test_file,
                              dev_fraction=args.dev_fraction, split_seed=args.split_seed, **options,

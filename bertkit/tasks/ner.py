@@ -23,9 +23,13 @@ from typing import Sequence
 
 import torch
 
+from .. import flags
 from ..errors import BertkitError
+from ..outputs import atomic_open, write_json
+from ..hub import model_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
-from .common import FeatureSource, RunResult, grid, parse_list, predict, run_sweep, summarize
+from .common import (MIN_SEQ_LENGTH, FeatureSource, RunResult, add_overwrite_argument, check_finetune_output, grid,
+                     parse_list, predict, run_sweep, summarize)
 
 log = logging.getLogger("bertkit")
 
@@ -336,7 +340,7 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
 
 def write_predictions(path: str | Path, sentences: Sequence[Sentence], predicted: Sequence[Sequence[str]]) -> None:
     """conlleval input: `token gold predicted` per line, a blank line between sentences."""
-    with open(path, "w", encoding="utf-8") as handle:
+    with atomic_open(path) as handle:
         for sentence, tags in zip(sentences, predicted):
             for word, gold, guess in zip(sentence.words, sentence.tags, tags):
                 handle.write(f"{word} {gold} {guess}\n")
@@ -364,9 +368,7 @@ def find_conll_files(data_dir: str | Path | None) -> dict[str, Path]:
 
 def load_tokenizer(model_dir: str | Path, cased: bool | None = None):
     """The model directory's tokenizer; `cased` overrides its do_lower_case."""
-    from ..tokenizer import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(model_dir, do_lower_case=None if cased is None else not cased)
+    tokenizer = model_tokenizer(model_dir, do_lower_case=None if cased is None else not cased)
     if cased:
         upper_case_pieces = sum(any(c.isupper() for c in t) for t in tokenizer.ids_to_tokens if not t.startswith("["))
         if upper_case_pieces < 0.001 * tokenizer.vocab_size:  # cased English vocabularies have thousands
@@ -477,7 +479,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         for split, name in (("valid", "dev_predictions.txt"), ("test", "test_predictions.txt")):
             if split in eval_sets:
                 write_predictions(out / name, eval_sets[split], best.artifacts["predictions"][split])
-        (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(out / "results.json", results)
     return results
 
 
@@ -492,12 +494,13 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--data-dir", default=None,
                         help="folder with conll2003/{train,valid,test}.txt or {train,valid,test}.txt (default $BERTKIT_DATA)")
     parser.add_argument("--output", required=True, help="output directory")
-    parser.add_argument("--learning-rate", default=None,
+    add_overwrite_argument(parser)
+    parser.add_argument("--learning-rate", default=None, type=flags.comma_list(flags.positive_float),
                         help="comma list allowed (a sweep, best on dev F1); default 5e-5, or 1e-3 with --feature-based")
-    parser.add_argument("--epochs", default=None, help="comma list allowed; default 3, or 4 with --feature-based")
-    parser.add_argument("--batch-size", default="32", help="comma list allowed")
-    parser.add_argument("--seed", default="42", help="comma list = restarts")
-    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--epochs", default=None, type=flags.comma_list(flags.positive_number), help="comma list allowed; default 3, or 4 with --feature-based")
+    parser.add_argument("--batch-size", default="32", type=flags.comma_list(flags.positive_int), help="comma list allowed")
+    parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed), help="comma list = restarts")
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=128)
     parser.add_argument("--doc-context", action="store_true",
                         help="fill each window with neighbouring sentences of the same document; predict the centre one")
     parser.add_argument("--tag-scheme", choices=TAG_SCHEMES, default="file",
@@ -507,22 +510,23 @@ def add_finetune_arguments(parser) -> None:
     case.add_argument("--cased", dest="cased", action="store_true", default=None,
                       help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
-    parser.add_argument("--max-train-sentences", type=int, default=None, help="use only the first N training sentences")
-    parser.add_argument("--max-eval-sentences", type=int, default=None,
+    parser.add_argument("--max-train-sentences", type=flags.positive_int, default=None, help="use only the first N training sentences")
+    parser.add_argument("--max-eval-sentences", type=flags.positive_int, default=None,
                         help="score only the first N dev and test sentences (quick runs)")
-    parser.add_argument("--warmup-ratio", type=float, default=0.1)
-    parser.add_argument("--eval-batch-size", type=int, default=64)
+    parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", default="auto", type=flags.device)
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed lines instead of failing")
     feature = parser.add_argument_group("feature-based (frozen encoder + 2-layer BiLSTM tagger, the paper's §5.3)")
     feature.add_argument("--feature-based", action="store_true", help="train BiLSTM taggers on frozen features instead")
     feature.add_argument("--layers", default="concat-last-four", help=FEATURE_VARIANTS_HELP)
-    feature.add_argument("--lstm-size", type=int, default=768, help="BiLSTM units per direction (768 in the paper)")
-    feature.add_argument("--lstm-dropout", type=float, default=0.5)
+    feature.add_argument("--lstm-size", type=flags.positive_int, default=768, help="BiLSTM units per direction (768 in the paper)")
+    feature.add_argument("--lstm-dropout", type=flags.probability, default=0.5)
 
 
 def run_finetune(args) -> int:
+    check_finetune_output(args)
     seeds = parse_list(args.seed, int)
     batch_sizes = parse_list(args.batch_size, int)
     if args.feature_based:

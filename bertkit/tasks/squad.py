@@ -53,8 +53,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from .. import flags
 from ..errors import BertkitError
+from ..hub import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
+from ..outputs import check_output_dir, write_json
+from .common import MIN_SEQ_LENGTH, add_overwrite_argument, check_finetune_output
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, sample_examples, squad_json,
                             squad_windows)
@@ -92,8 +96,12 @@ class SquadPredictions:
         files = {"predictions.json": self.predictions, "nbest_predictions.json": self.nbest}
         if self.version_2_with_negative:
             files["null_odds.json"] = self.null_odds
+        broken = [qid for qid, odds in self.null_odds.items() if not math.isfinite(odds)]
+        if broken:  # a NaN would also make every threshold comparison false: no usable answer
+            raise BertkitError(f"the model gave non-finite scores for {len(broken)} questions (first: {broken[0]}); "
+                               "its weights are probably broken (NaN or overflow)")
         for name, content in files.items():
-            (out / name).write_text(json.dumps(content, indent=4) + "\n", encoding="utf-8")
+            write_json(out / name, content, indent=4)
         return [out / name for name in files]
 
 
@@ -252,14 +260,13 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
     file there and score it. `batch_size` is the effective batch: micro-batches of
     batch_size / grad_accum. Returns (and writes as results.json) the run's record."""
     from ..heads import BertForQuestionAnswering
-    from ..tokenizer import BertTokenizer
     from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
     from .common import FeatureSource
 
     if batch_size < 1 or grad_accum < 1 or batch_size % grad_accum:
         raise BertkitError(f"--batch-size {batch_size} must be a positive multiple of --grad-accum {grad_accum}")
     output_dir = Path(output_dir)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
     train_data = read_squad(train_file, version, skip_bad_rows)
     dev_data = read_squad(dev_file, version, skip_bad_rows) if dev_file is not None else None
     if version is None and dev_data is not None and dev_data.version != train_data.version:
@@ -322,7 +329,7 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
         metrics, applied = _scored(dev_examples, result, search_null_threshold, dev_data.has_answers)
         applied.write(output_dir)
         record.update(dev_examples=len(dev_examples), predict_seconds=time.perf_counter() - started, metrics=metrics)
-    (output_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    write_json(output_dir / "results.json", record)
     return record
 
 
@@ -331,16 +338,18 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
                        max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
                        null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
                        batch_size: int = 64, device: str = "auto", precision: str = "auto",
-                       max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False) -> dict:
+                       max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False,
+                       allow_missing_weights: bool = False) -> dict:
     """Predict a SQuAD file with a fine-tuned model; write the prediction files, and results.json
-    with the official metrics when the file has answers."""
+    with the official metrics when the file has answers. A model without a span head is refused
+    unless `allow_missing_weights` (its answers would come from random weights)."""
     from ..heads import BertForQuestionAnswering
-    from ..tokenizer import BertTokenizer
 
     data = read_squad(data_file, version, skip_bad_rows)
     examples = sample_examples(data.examples, max_examples, subset_seed)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
-    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
+    model = BertForQuestionAnswering.from_pretrained(model_dir, require_head=True,
+                                                     allow_missing_weights=allow_missing_weights)
     started = time.perf_counter()
     result = predict_squad(model, tokenizer, examples, data.version == "2.0", max_seq_length, doc_stride,
                            max_query_length, n_best_size, max_answer_length, null_score_diff_threshold,
@@ -352,7 +361,7 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
               "predict_seconds": time.perf_counter() - started, "files": [str(f) for f in files],
               "metrics": metrics}
     if metrics is not None:
-        (Path(output_dir) / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+        write_json(Path(output_dir) / "results.json", record)
     return record
 
 
@@ -361,20 +370,21 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
 
 def _add_window_arguments(parser) -> None:
     parser.add_argument("--version", choices=["1.1", "2.0"], default=None, help="SQuAD version (default: detected)")
-    parser.add_argument("--max-seq-length", type=int, default=384)
-    parser.add_argument("--doc-stride", type=int, default=128, help="tokens between window starts")
-    parser.add_argument("--max-query-length", type=int, default=64, help="questions are cut to this many tokens")
-    parser.add_argument("--n-best-size", type=int, default=20)
-    parser.add_argument("--max-answer-length", type=int, default=30, help="longest answer, in tokens")
-    parser.add_argument("--null-score-diff-threshold", type=float, default=0.0,
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=384)
+    parser.add_argument("--doc-stride", type=flags.positive_int, default=128, help="tokens between window starts")
+    parser.add_argument("--max-query-length", type=flags.positive_int, default=64,
+                        help="questions are cut to this many tokens")
+    parser.add_argument("--n-best-size", type=flags.positive_int, default=20)
+    parser.add_argument("--max-answer-length", type=flags.positive_int, default=30, help="longest answer, in tokens")
+    parser.add_argument("--null-score-diff-threshold", type=flags.finite_float, default=0.0,
                         help="v2.0: answer \"\" when null score - best span score exceeds this")
     parser.add_argument("--no-threshold-search", action="store_true",
                         help="v2.0: apply --null-score-diff-threshold as given instead of the F1-maximising "
                              "threshold found on the gold answers")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
-    parser.add_argument("--subset-seed", type=int, default=0, help="seed of the --max-*-examples samples")
+    parser.add_argument("--subset-seed", type=flags.seed, default=0, help="seed of the --max-*-examples samples")
 
 
 def add_finetune_arguments(parser) -> None:
@@ -382,27 +392,32 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--train-file", required=True, help="SQuAD JSON (v1.1 or v2.0)")
     parser.add_argument("--dev-file", default=None, help="SQuAD JSON to predict and score after training")
     parser.add_argument("--output", required=True, help="directory for the model, predictions and results.json")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--batch-size", type=int, default=32, help="effective batch size (across --grad-accum)")
-    parser.add_argument("--grad-accum", type=int, default=1)
-    parser.add_argument("--eval-batch-size", type=int, default=64)
-    parser.add_argument("--warmup-ratio", type=float, default=0.1)
-    parser.add_argument("--weight-decay", type=float, default=0.01)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max-train-examples", type=int, default=None, help="a seeded random sample of questions")
-    parser.add_argument("--max-dev-examples", type=int, default=None, help="a seeded random sample of questions")
-    parser.add_argument("--article-split", type=float, default=None, metavar="FRACTION",
+    add_overwrite_argument(parser)
+    parser.add_argument("--epochs", type=flags.positive_float, default=3.0)
+    parser.add_argument("--learning-rate", type=flags.positive_float, default=5e-5)
+    parser.add_argument("--batch-size", type=flags.positive_int, default=32, help="effective batch size (across --grad-accum)")
+    parser.add_argument("--grad-accum", type=flags.positive_int, default=1)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
+    parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
+    parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
+    parser.add_argument("--seed", type=flags.seed, default=42)
+    parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
+                        help="a seeded random sample of questions")
+    parser.add_argument("--max-dev-examples", type=flags.positive_int, default=None,
+                        help="a seeded random sample of questions")
+    parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
                         help="train on this fraction of the training file's articles; evaluate only on dev "
                              "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
-    parser.add_argument("--split-seed", type=int, default=0)
-    parser.add_argument("--logging-steps", type=int, default=50)
-    parser.add_argument("--save-steps", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    parser.add_argument("--split-seed", type=flags.seed, default=0)
+    parser.add_argument("--logging-steps", type=flags.positive_int, default=50)
+    parser.add_argument("--save-steps", type=flags.non_negative_int, default=0, help="checkpoint every N steps (0: only at the end)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output")
     _add_window_arguments(parser)
 
 
 def run_finetune(args) -> int:
+    if not args.resume:  # --resume continues the run in --output on purpose
+        check_finetune_output(args)
     record = finetune_squad(
         args.model, args.train_file, args.output, args.dev_file, version=args.version, epochs=args.epochs,
         learning_rate=args.learning_rate, batch_size=args.batch_size, grad_accum=args.grad_accum,
@@ -423,19 +438,23 @@ def add_predict_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
     parser.add_argument("--data-file", required=True, help="SQuAD JSON to answer")
     parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-examples", type=int, default=None, help="a seeded random sample of questions")
+    add_overwrite_argument(parser)
+    parser.add_argument("--batch-size", type=flags.positive_int, default=64)
+    parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
+    parser.add_argument("--allow-missing-weights", action="store_true",
+                        help="predict even with a model that has no span head (its answers are random)")
     _add_window_arguments(parser)
 
 
 def run_predict(args) -> int:
+    check_output_dir(args.output, overwrite=args.overwrite, kind="predictions")
     record = predict_squad_file(
         args.model, args.data_file, args.output, version=args.version, max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
         max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
         search_null_threshold=not args.no_threshold_search, batch_size=args.batch_size, device=args.device,
         precision=args.precision, max_examples=args.max_examples, subset_seed=args.subset_seed,
-        skip_bad_rows=args.skip_bad_rows)
+        skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights)
     if record["metrics"] is not None:
         print(json.dumps(record["metrics"], indent=2))
     return 0

@@ -1,0 +1,132 @@
+"""Argument types that reject impossible flag values while parsing, before any work starts.
+
+Each is an argparse `type=`: it returns the converted value or raises ArgumentTypeError with the
+reason, which the CLI prints as one `error:` line. Comma lists (the fine-tuning grids) check each
+item the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from typing import Callable
+
+import torch
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:(\d+))?")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, not {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, not {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def int_between(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A whole number in [low, high] (high: no limit when None)."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if value < low or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
+        return value
+
+    parse.__name__ = f"int_between_{low}_{high}"
+    return parse
+
+
+# Seeds feed torch, numpy and random alike: numpy takes 0 .. 2**32 - 1.
+seed = int_between(0, 2**32 - 1)
+seed.__name__ = "seed"
+
+
+def finite_float(text: str) -> float:
+    return _float(text)
+
+
+def positive_float(text: str) -> float:
+    value = _float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, not {value:g}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value:g}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A fraction in [0, 1] (masking and warm-up ratios)."""
+    value = _float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, not {value:g}")
+    return value
+
+
+def open_fraction(text: str) -> float:
+    """A fraction strictly between 0 and 1 (a split that leaves something on both sides)."""
+    value = _float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, not {value:g}")
+    return value
+
+
+def positive_number(text: str) -> int | float:
+    """A positive count that may be fractional (epochs): '3' -> 3, '2.5' -> 2.5."""
+    value = positive_float(text)
+    return int(value) if value.is_integer() else value
+
+
+def device(text: str) -> str:
+    match = DEVICE_PATTERN.fullmatch(str(text))
+    if not match:
+        raise argparse.ArgumentTypeError(f"device must be auto, cpu, cuda or cuda:N, not {text!r}")
+    # Without CUDA at all, the device module says so when the device is picked.
+    if match.group(2) is not None and torch.cuda.is_available() and int(match.group(2)) >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"there is no {text}: this machine has {torch.cuda.device_count()} GPU(s)")
+    return str(text)
+
+
+def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
+    """'5e-5,3e-5' -> [5e-05, 3e-05], each item checked by `item`; an empty list is refused."""
+
+    def parse(text) -> list:
+        if isinstance(text, (list, tuple)):
+            return [item(str(t)) for t in text]
+        values = [item(t) for t in str(text).split(",") if t.strip()]
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, not {text!r}")
+        return values
+
+    parse.__name__ = f"{item.__name__}_list"
+    return parse

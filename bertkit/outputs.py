@@ -1,0 +1,152 @@
+"""Output safety: never write over a run, an input or a non-file, and never leave half a file.
+
+Every command checks its output paths with these functions *before* it starts work, so a bad output
+path is reported at once, not after an hour of training. Files are written through `atomic_write` /
+`atomic_open`: the content goes to a temporary file in the same folder, which is renamed over the
+real name only when complete; on any failure (disk full included) the temporary file is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from .errors import BertkitError
+
+OVERWRITE_HINT = "pass --overwrite to replace it"
+
+
+def _nearest_existing(path: Path) -> Path:
+    """The path itself or its closest ancestor that exists (a relative path ends at '.')."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(".")
+
+
+def _check_parent_writable(path: Path) -> None:
+    """The folder that will hold `path` (or its closest existing ancestor) is a writable folder."""
+    anchor = _nearest_existing(path.parent if path.parent != path else path)
+    if not anchor.is_dir():
+        raise BertkitError("is not a folder, so nothing can be written under it", path=str(anchor))
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise BertkitError("folder is not writable", path=str(anchor))
+
+
+def check_output_dir(path: str | Path, overwrite: bool = False, kind: str = "results") -> Path:
+    """Refuse an output folder that is not a folder, cannot be created, or already holds something
+    (a previous run's `kind`) unless `overwrite`. Creates nothing."""
+    path = Path(path)
+    if os.path.lexists(path):
+        if not path.is_dir():
+            raise BertkitError("output is an existing file, not a folder", path=str(path))
+        entries = sorted(p.name for p in path.iterdir())
+        if entries and not overwrite:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise BertkitError(f"output folder already holds {kind} ({shown}); {OVERWRITE_HINT} "
+                               "or choose another folder", path=str(path))
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise BertkitError("output folder is not writable", path=str(path))
+    else:
+        _check_parent_writable(path)
+    return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return os.path.abspath(os.path.realpath(a)) == os.path.abspath(os.path.realpath(b))
+
+
+def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), overwrite: bool = False) -> Path:
+    """Refuse an output file that is one of the inputs (symbolic links and hard links resolved), that
+    exists but is not a regular file (a folder, a link, a device, a pipe), or that exists at all
+    unless `overwrite`. Creates nothing."""
+    path = Path(path)
+    for source in inputs:
+        if source is not None and _same_file(path, Path(source)):
+            raise BertkitError(f"output is also an input ({source}); refusing to destroy it", path=str(path))
+    if os.path.lexists(path):
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            what = ("a folder" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode)
+                    else "not a regular file")
+            raise BertkitError(f"output exists and is {what}; refusing to replace it", path=str(path))
+        if not overwrite:
+            raise BertkitError(f"output file already exists; {OVERWRITE_HINT}", path=str(path))
+    _check_parent_writable(path)
+    return path
+
+
+def _file_mode() -> int:
+    """0666 minus the process umask: what open() would give a new file (mkstemp gives 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _refuse_non_regular(path: Path) -> None:
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise BertkitError("exists and is not a regular file; refusing to replace it", path=str(path))
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+    """Open a temporary file next to `path`; on a clean exit it is renamed to `path` (readable by
+    others, as a plain open() would make it), on any error it is removed."""
+    path = Path(path)
+    _refuse_non_regular(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
+            yield handle
+        os.chmod(tmp, _file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
+    """write(tmp_path) then rename to `path`; the temporary file never outlives a failure."""
+    path = Path(path)
+    _refuse_non_regular(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, _file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _finite_or_none(value):
+    """JSON has no NaN or Infinity: such a float (e.g. a correlation of constant predictions) becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+def write_json(path: str | Path, data, indent: int | None = 2) -> None:
+    """Strict JSON (non-finite numbers written as null), atomically."""
+    atomic_write_text(path, json.dumps(_finite_or_none(data), indent=indent, allow_nan=False) + "\n")
