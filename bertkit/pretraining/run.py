@@ -22,6 +22,7 @@ import math
 import time
 from pathlib import Path
 
+from .. import flags
 from ..config import BertConfig
 from ..errors import BertkitError
 from ..heads import BertForMaskedLM, BertForPreTraining
@@ -264,25 +265,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-from", help="continue pre-training from this BERT checkpoint (Hugging Face layout, "
                    "with vocab.txt); the data must use its vocabulary")
     p.add_argument("--vocab", help="ignored unless it disagrees with the data's vocabulary (the data carries its own)")
-    p.add_argument("--max-steps", type=int, help="optimizer steps (default 1000; set by --time-budget when given)")
-    p.add_argument("--batch-size", type=int, help="global batch: per-rank batch x ranks x grad-accum (default 256)")
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--learning-rate", type=float, help="peak learning rate (default 1e-4)")
-    p.add_argument("--warmup-steps", type=int, help="default 10000, or a share of the steps with --time-budget")
-    p.add_argument("--warmup-ratio", type=float, help="warm-up as a share of the steps (with --time-budget)")
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--max-grad-norm", type=float)
-    p.add_argument("--dropout", type=float, help="hidden and attention dropout while pre-training (default 0.1; "
+    p.add_argument("--max-steps", type=flags.positive_int, help="optimizer steps (default 1000; set by --time-budget when given)")
+    p.add_argument("--batch-size", type=flags.positive_int, help="global batch: per-rank batch x ranks x grad-accum (default 256)")
+    p.add_argument("--grad-accum", type=flags.positive_int, default=1)
+    p.add_argument("--learning-rate", type=flags.non_negative_float, help="peak learning rate (default 1e-4)")
+    p.add_argument("--warmup-steps", type=flags.non_negative_int, help="default 10000, or a share of the steps with --time-budget")
+    p.add_argument("--warmup-ratio", type=flags.probability, help="warm-up as a share of the steps (with --time-budget)")
+    p.add_argument("--weight-decay", type=flags.non_negative_float)
+    p.add_argument("--max-grad-norm", type=flags.non_negative_float)
+    p.add_argument("--dropout", type=flags.probability, help="hidden and attention dropout while pre-training (default 0.1; "
                    "0 with --time-budget); the saved config keeps 0.1 for fine-tuning")
-    p.add_argument("--masked-lm-prob", type=float, help="masking rate drawn at load time (default: the data's)")
+    p.add_argument("--masked-lm-prob", type=flags.open_fraction, help="masking rate drawn at load time (default: the data's)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--logging-steps", type=int, default=50)
-    p.add_argument("--save-steps", type=int, default=1000, help="(with --time-budget: 4 checkpoints over the run)")
-    p.add_argument("--eval-steps", type=int, default=0, help="(with --time-budget: 10 evaluations over the run)")
+    p.add_argument("--device", type=flags.device, default="auto")
+    p.add_argument("--seed", type=flags.seed, default=12345)
+    p.add_argument("--logging-steps", type=flags.positive_int, default=50)
+    p.add_argument("--save-steps", type=flags.non_negative_int, default=1000, help="(with --time-budget: 4 checkpoints over the run)")
+    p.add_argument("--eval-steps", type=flags.non_negative_int, default=0, help="(with --time-budget: 10 evaluations over the run)")
     p.add_argument("--eval-data", help="held-out pre-training data directory for MLM/NSP evaluation")
-    p.add_argument("--eval-batches", type=int, default=20)
+    p.add_argument("--eval-batches", type=flags.positive_int, default=20)
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --output")
     p.add_argument("--no-nsp", action="store_true", help="MLM only (the paper's No-NSP ablation)")
@@ -290,7 +291,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mask-mix", help="[MASK]/same/random percentages, e.g. 80,10,10 (dynamic masking)")
     p.add_argument("--masking", choices=["static", "dynamic"], help="override the data's masking mode")
     p.add_argument("--phase2-data", help="data directory for phase 2 (length 512)")
-    p.add_argument("--phase2-fraction", type=float, default=0.1)
+    p.add_argument("--phase2-fraction", type=flags.open_fraction, default=0.1)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
 
 
