@@ -20,6 +20,7 @@ from .errors import BertkitError
 log = logging.getLogger("bertkit")
 
 WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # sharded checkpoints: tensor name -> shard file
 # Tied to the word embeddings / the output bias: the file may hold them, the model does not.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
@@ -32,6 +33,26 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise BertkitError(f"cannot read safetensors weights ({e})", path=str(path)) from None
+
+
+def read_sharded_safetensors(index_path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded checkpoint: every shard its index's weight_map names, read in full."""
+    try:
+        weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise BertkitError(f"not a safetensors index with a weight_map ({e})", path=str(index_path)) from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise BertkitError("weight_map must map tensor names to shard file names", path=str(index_path))
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = index_path.parent / shard
+        if Path(shard).name != shard or not shard_path.is_file():
+            raise BertkitError(f"shard {shard!r} named in the index is missing", path=str(index_path))
+        tensors.update(read_safetensors(shard_path))
+    missing = sorted(set(weight_map) - set(tensors))
+    if missing:
+        raise BertkitError(f"tensors listed in the index but in no shard: {', '.join(missing[:5])}", path=str(index_path))
+    return tensors
 
 
 def atomic_write(path: Path, write) -> None:
@@ -110,6 +131,11 @@ class PreTrainedMixin:
         if config_overrides:
             config = config.replace(**config_overrides)
         weights = directory / WEIGHTS_NAME
+        if not weights.is_file() and (directory / WEIGHTS_INDEX_NAME).is_file():
+            model = cls(config)
+            index = directory / WEIGHTS_INDEX_NAME
+            model.load_checkpoint_state(read_sharded_safetensors(index), source=str(index))
+            return model
         if not weights.is_file():
             pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
             hint = (f" (found {', '.join(pickled)}: pickle files can run code and are not loaded; "
