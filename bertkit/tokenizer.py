@@ -778,6 +778,10 @@ class BertTokenizer:
         tokens = self.convert_ids_to_tokens([int(i) for i in ids])
         if skip_special_tokens:
             tokens = [token for token in tokens if token not in SPECIAL_TOKENS]
+        return self.convert_tokens_to_string(tokens, clean_up_tokenization_spaces)
+
+    def convert_tokens_to_string(self, tokens: Sequence[str], clean_up_tokenization_spaces: bool = True) -> str:
+        """Word pieces back to text: "##" continuations glued on, spaces before punctuation removed."""
         text = " ".join(tokens).replace(" ##", "").strip()
         return _clean_up_tokenization(text) if clean_up_tokenization_spaces else text
 
