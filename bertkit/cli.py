@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner"),
     "predict": ("bertkit.tasks.cli:predict", "predict new text with any head (or a SQuAD file: predict squad)"),
     "serve": ("bertkit.serve", "HTTP JSON API (text-embeddings-inference routes) with dynamic batching"),
+    "export": ("bertkit.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
     "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll"),
     "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
     "reproduce": ("bertkit.reproduce", "the paper end to end at a compute budget, with a report"),
