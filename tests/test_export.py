@@ -2,6 +2,7 @@
 1e-4) on padded variable-length batches of other sizes than the export's example, for each head."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -12,7 +13,6 @@ from bertkit.heads import (BertForMultipleChoice, BertForQuestionAnswering, Bert
 from bertkit.hub import load_model
 from bertkit.model import BertModel
 
-ort = pytest.importorskip("onnxruntime")  # a dev dependency: installed by `make setup`
 
 
 def _padded_batch(lengths, T, vocab=100, seed=0):
