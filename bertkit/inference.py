@@ -10,6 +10,7 @@ code per distinct shape, and an unbounded set of shapes grew a long run's memory
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 from dataclasses import dataclass
@@ -24,10 +25,30 @@ from .errors import BertkitError
 from .hub import load_model
 from .tokenizer import BertTokenizer
 
-# oneDNN keeps generated kernels in a process-wide cache (1024 entries by default); capped lower,
-# a server's memory stays flat whatever lengths its clients send. oneDNN reads the variable when
-# it first creates a kernel, which `serve` and `predict` do only after importing this module.
+# oneDNN generates kernels per shape and keeps them in a process-wide cache (1024 entries by
+# default); capped, it cannot grow with the variety of lengths clients send. (ideep, torch's
+# wrapper, has a second cache, LRU_CACHE_CAPACITY: capped at 64 it thrashed and ran several
+# times slower, so it keeps its default; the bucketed shapes below keep it small instead.)
+# oneDNN reads the variable when it first makes a kernel, after `serve` and `predict` import this.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the system (glibc's malloc_trim). Batches of ever-changing
+    sizes leave the heap fragmented: without this, a long-running server's resident set creeps up."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl): nothing to do
+        return None
+
+
+_LIBC = _glibc()
 
 OUTPUT_ALIASES = {"logits": "prediction_logits"}
 LENGTH_BUCKET = 16  # padded lengths are multiples of this

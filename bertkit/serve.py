@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from . import __version__
 from .errors import BertkitError
-from .inference import InferenceEngine
+from .inference import InferenceEngine, release_free_memory
 from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
                         token_entities)
 
@@ -48,6 +48,7 @@ log = logging.getLogger("bertkit")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+TRIM_EVERY = 32  # forward rounds between returning freed memory to the system under constant load
 
 
 class RequestError(Exception):
@@ -156,6 +157,7 @@ class Batcher:
         self.thread.join(timeout=30)
 
     def _work(self) -> None:
+        rounds = 0
         while True:
             job = self.jobs.get()
             if job is None:
@@ -172,6 +174,9 @@ class Batcher:
                 jobs.append(more)
                 tokens += more.tokens
             self._run(jobs)
+            rounds += 1
+            if self.jobs.empty() or rounds % TRIM_EVERY == 0:  # idle, or busy for a while
+                release_free_memory()
 
     def _run(self, jobs: list[Job]) -> None:
         rows = [row for job in jobs for row in job.rows]

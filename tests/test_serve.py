@@ -46,7 +46,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def request(port, path, body=None, raw: bytes | None = None, timeout=60):
+def request(port, path, body=None, raw: bytes | None = None, timeout=300):
     """(status, parsed JSON or text) of one HTTP call."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
@@ -68,7 +68,7 @@ def _start(model_dir, *extra):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--port", str(port),
                                 "--precision", "fp32", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
+    deadline = time.time() + 300  # a loaded machine can take a minute just to import torch
     while time.time() < deadline:
         if process.poll() is not None:
             raise RuntimeError(process.stderr.read().decode())
@@ -91,7 +91,7 @@ def classifier_server(classifier_dir):
     process, port = _start(classifier_dir, "--max-client-batch-size", "4")
     yield port
     process.terminate()
-    process.wait(30)
+    process.wait(300)
 
 
 def test_predict_info_tokenize_metrics(classifier_server, classifier_dir):
@@ -181,7 +181,7 @@ class _Gate:
     def __call__(self, rows, **kwargs):
         self.calls.append(len(rows))
         self.entered.set()
-        self.release.wait(30)
+        self.release.wait(120)
         return self.forward(rows, **kwargs)
 
 
@@ -212,7 +212,7 @@ def test_queued_requests_run_together_and_overload_is_429_at_once(gated_server):
 
     first = threading.Thread(target=client, args=("first", ["one"]))
     first.start()
-    assert gate.entered.wait(30)  # the worker holds the first request's forward pass
+    assert gate.entered.wait(120)  # the worker holds the first request's forward pass
     waiting = [threading.Thread(target=client, args=(f"w{i}", ["two", "three"])) for i in range(2)]
     for t in waiting:
         t.start()
@@ -221,7 +221,8 @@ def test_queued_requests_run_together_and_overload_is_429_at_once(gated_server):
         time.sleep(0.05)
     started = time.perf_counter()
     status, body = request(port, "/predict", {"inputs": "four"})  # a fourth concurrent request
-    assert status == 429 and body["error_type"] == "overloaded" and time.perf_counter() - started < 5
+    # Answered while the gate still holds the other three: the 429 does not wait for a slot.
+    assert status == 429 and body["error_type"] == "overloaded" and time.perf_counter() - started < 20
     gate.release.set()
     for t in [first, *waiting]:
         t.join(30)
@@ -244,8 +245,8 @@ def test_sigterm_finishes_accepted_requests_and_exits_0(classifier_dir):
         time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
     for t in threads:
-        t.join(60)
-    assert process.wait(60) == 0
+        t.join(300)
+    assert process.wait(300) == 0
     assert results and all(status == 200 for status, _ in results), results
 
 
@@ -261,7 +262,7 @@ def test_embed_route_matches_the_pipeline():
         assert request(port, "/info")[1]["model_type"] == {"embedding": {"pooling": "mean"}}
     finally:
         process.terminate()
-        process.wait(30)
+        process.wait(300)
 
 
 def test_token_classification_and_question_answering_routes(tmp_path):
@@ -276,7 +277,7 @@ def test_token_classification_and_question_answering_routes(tmp_path):
             bertkit.pipeline("ner", model=ner_dir, aggregation_strategy="simple")(text)))
     finally:
         process.terminate()
-        process.wait(30)
+        process.wait(300)
     process, port = _start(qa_dir)
     try:
         item = {"question": "Where does John live?", "context": text}
@@ -285,4 +286,4 @@ def test_token_classification_and_question_answering_routes(tmp_path):
         assert request(port, "/question-answering", {"inputs": {"question": "x"}})[0] == 422
     finally:
         process.terminate()
-        process.wait(30)
+        process.wait(300)
