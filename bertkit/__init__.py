@@ -22,11 +22,19 @@ def __getattr__(name):
         from . import tokenizer
 
         return getattr(tokenizer, name)
+    if name == "pipeline":
+        from .pipelines import pipeline
+
+        return pipeline
+    if name == "InferenceEngine":
+        from .inference import InferenceEngine
+
+        return InferenceEngine
     raise AttributeError(name)
 
 
 __all__ = [
     "BertConfig", "BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
     "BertForQuestionAnswering", "BertForTokenClassification", "BertForMultipleChoice", "BertkitError",
-    "BertTokenizer", "train_tokenizer", "load_model",
+    "BertTokenizer", "train_tokenizer", "load_model", "pipeline", "InferenceEngine",
 ]

@@ -22,6 +22,7 @@ from .tokenizer import BertTokenizer
 log = logging.getLogger("bertkit")
 
 WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # sharded checkpoints: tensor name -> shard file
 # Tied to the word embeddings / the output bias: the file may hold them, the model does not.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 ENCODER_PREFIXES = ("bert.embeddings", "bert.encoder", "embeddings", "encoder")
@@ -37,6 +38,26 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise BertkitError(f"cannot read safetensors weights ({e})", path=str(path)) from None
+
+
+def read_sharded_safetensors(index_path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded checkpoint: every shard its index's weight_map names, read in full."""
+    try:
+        weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise BertkitError(f"not a safetensors index with a weight_map ({e})", path=str(index_path)) from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise BertkitError("weight_map must map tensor names to shard file names", path=str(index_path))
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        shard_path = index_path.parent / shard
+        if Path(shard).name != shard or not shard_path.is_file():
+            raise BertkitError(f"shard {shard!r} named in the index is missing", path=str(index_path))
+        tensors.update(read_safetensors(shard_path))
+    missing = sorted(set(weight_map) - set(tensors))
+    if missing:
+        raise BertkitError(f"tensors listed in the index but in no shard: {', '.join(missing[:5])}", path=str(index_path))
+    return tensors
 
 
 def _legacy_name(key: str) -> str:
@@ -106,18 +127,21 @@ class PreTrainedMixin:
         if config_overrides:
             config = config.replace(**config_overrides)
         weights = directory / WEIGHTS_NAME
+        index = directory / WEIGHTS_INDEX_NAME
         if original:
-            model = cls(config)
-            model.load_checkpoint_state(original.state_dict(), source=str(original.bundle.index_path))
-            return model
-        if not weights.is_file():
-            pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
-            hint = (f" (found {', '.join(pickled)}: pickle files can run code and are not loaded; "
-                    "convert them to safetensors first)") if pickled else ""
-            raise BertkitError(f"no {WEIGHTS_NAME}{hint}", path=str(directory))
+            state, source = original.state_dict(), str(original.bundle.index_path)
+        elif not weights.is_file() and index.is_file():
+            state, source = read_sharded_safetensors(index), str(index)
+        else:
+            if not weights.is_file():
+                pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
+                hint = (f" (found {', '.join(pickled)}: pickle files can run code and are not loaded; "
+                        "convert them to safetensors first)") if pickled else ""
+                raise BertkitError(f"no {WEIGHTS_NAME}{hint}", path=str(directory))
+            state, source = read_safetensors(weights), str(weights)
         model = cls(config)
-        model.load_checkpoint_state(read_safetensors(weights), source=str(weights),
-                                    complete=not allow_missing_weights, require_head=require_head)
+        model.load_checkpoint_state(state, source=source, complete=not allow_missing_weights,
+                                    require_head=require_head)
         return model
 
     def load_checkpoint_state(self, ckpt: dict[str, torch.Tensor], source: str = "checkpoint",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence
 
+import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
@@ -39,6 +40,7 @@ from bertkit.outputs import atomic_write_text
 
 VOCAB_NAME = "vocab.txt"
 CONFIG_NAME = "tokenizer_config.json"
+TOKENIZER_JSON_NAME = "tokenizer.json"  # the `tokenizers` file transformers 5 saves alone
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 MAX_INPUT_CHARS_PER_WORD = 100
@@ -367,15 +369,62 @@ def load_vocab(path: str | os.PathLike) -> dict[str, int]:
     return vocab
 
 
-def _read_config(path: Path) -> dict:
+def _read_json_object(path: Path) -> dict:
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise BertkitError(f"invalid JSON: {err.msg}", path, err.lineno) from None
     except UnicodeDecodeError:
         raise BertkitError("not valid UTF-8", path) from None
-    if not isinstance(config, dict):
+    if not isinstance(document, dict):
         raise BertkitError("expected a JSON object", path)
+    return document
+
+
+def _find_bert_normalizer(normalizer) -> dict | None:
+    """The BertNormalizer inside a tokenizer.json normaliser (alone or in a Sequence)."""
+    if not isinstance(normalizer, dict):
+        return None
+    if normalizer.get("type") == "BertNormalizer":
+        return normalizer
+    for inner in normalizer.get("normalizers") or []:
+        found = _find_bert_normalizer(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _wordpiece_from_tokenizer_json(document: dict, path: Path) -> tuple[dict[str, int], bool]:
+    """(vocabulary, lower-case) of a BERT tokenizer.json; anything else is refused with the reason."""
+    model = document.get("model")
+    if not isinstance(model, dict) or model.get("type") != "WordPiece":
+        kind = model.get("type") if isinstance(model, dict) else None
+        raise BertkitError(f"tokenizer.json holds a {kind} model; bertkit reads WordPiece (BERT) only", path)
+    if model.get("continuing_subword_prefix", "##") != "##":
+        raise BertkitError("WordPiece continuing_subword_prefix must be '##'", path)
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or not vocab:
+        raise BertkitError("tokenizer.json has no WordPiece vocabulary", path)
+    ordered = sorted(vocab, key=vocab.get)
+    if [vocab[token] for token in ordered] != list(range(len(ordered))):
+        raise BertkitError("tokenizer.json vocabulary ids are not 0..N-1 without gaps", path)
+    for special in SPECIAL_TOKENS:
+        if special not in vocab:
+            raise BertkitError(f"vocabulary lacks the special token {special}", path)
+    normalizer = _find_bert_normalizer(document.get("normalizer"))
+    if normalizer is None:
+        raise BertkitError("tokenizer.json has no BertNormalizer; bertkit reads BERT tokenizers only", path)
+    lowercase = bool(normalizer.get("lowercase", True))
+    strip_accents = normalizer.get("strip_accents")
+    if strip_accents is not None and strip_accents != lowercase:
+        raise BertkitError(f"strip_accents={strip_accents} with lowercase={lowercase} is not supported", path)
+    if normalizer.get("handle_chinese_chars", True) is not True:
+        raise BertkitError("handle_chinese_chars=false is not supported", path)
+    return {token: vocab[token] for token in ordered}, lowercase
+
+
+def _read_config(path: Path) -> dict:
+    config = _read_json_object(path)
     lowercase = config.get("do_lower_case", True)
     if not isinstance(lowercase, bool):
         raise BertkitError(f"do_lower_case must be true or false, got {lowercase!r}", path)
@@ -452,6 +501,17 @@ def _clean_up_tokenization(text: str) -> str:
     return text
 
 
+class BatchEncoding(dict):
+    """The tokenizer call's result: a plain dict (`model(**encoding)`) that can move its tensors."""
+
+    def to(self, device) -> "BatchEncoding":
+        return BatchEncoding({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()})
+
+
+def _as_tensor(rows: list) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.long)
+
+
 # --------------------------------------------------------------------------------------------
 # The tokenizer
 # --------------------------------------------------------------------------------------------
@@ -460,9 +520,10 @@ def _clean_up_tokenization(text: str) -> str:
 class BertTokenizer:
     """BERT's WordPiece tokenizer: `[CLS] A [SEP] (B [SEP])` with segment ids and offsets."""
 
-    def __init__(self, vocab_file: str | os.PathLike, do_lower_case: bool = True):
+    def __init__(self, vocab_file: str | os.PathLike, do_lower_case: bool = True, vocab: dict[str, int] | None = None):
+        """`vocab`, when given, is the vocabulary already read from `vocab_file` (a tokenizer.json)."""
         self.vocab_file = Path(vocab_file)
-        self.vocab: dict[str, int] = load_vocab(self.vocab_file)
+        self.vocab: dict[str, int] = load_vocab(self.vocab_file) if vocab is None else vocab
         self.ids_to_tokens: list[str] = list(self.vocab)  # load_vocab assigns ids in file order
         self.do_lower_case = bool(do_lower_case)
         self.pad_token_id = self.vocab[PAD]
@@ -483,7 +544,11 @@ class BertTokenizer:
         if path.is_dir():
             vocab_file = path / VOCAB_NAME
             if not vocab_file.is_file():
-                raise BertkitError(f"no {VOCAB_NAME} in the tokenizer directory", path=path)
+                if (path / TOKENIZER_JSON_NAME).is_file():
+                    return cls.from_tokenizer_json(path / TOKENIZER_JSON_NAME, do_lower_case)
+                raise BertkitError(f"no {VOCAB_NAME} or {TOKENIZER_JSON_NAME} in the tokenizer directory", path=path)
+        elif path.is_file() and path.name == TOKENIZER_JSON_NAME:
+            return cls.from_tokenizer_json(path, do_lower_case)
         elif path.is_file():
             vocab_file = path
         else:
@@ -492,6 +557,15 @@ class BertTokenizer:
         if do_lower_case is None:
             do_lower_case = _read_config(config_file)["do_lower_case"] if config_file.is_file() else True
         return cls(vocab_file, do_lower_case=do_lower_case)
+
+    @classmethod
+    def from_tokenizer_json(cls, path: str | os.PathLike, do_lower_case: bool | None = None) -> "BertTokenizer":
+        """Load a `tokenizers` tokenizer.json holding a BERT WordPiece model: its vocabulary and its
+        normaliser's lower-casing (the rest of a BERT pipeline is fixed, and checked)."""
+        path = Path(path)
+        document = _read_json_object(path)
+        vocab, lowercase = _wordpiece_from_tokenizer_json(document, path)
+        return cls(path, do_lower_case=lowercase if do_lower_case is None else do_lower_case, vocab=vocab)
 
     @property
     def vocab_size(self) -> int:
@@ -610,6 +684,62 @@ class BertTokenizer:
                 self._pad(result, target)
         return results
 
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        text_pair: str | Sequence[str] | None = None,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        return_offsets_mapping: bool = False,
+        return_token_type_ids: bool = True,
+        return_attention_mask: bool = True,
+    ) -> "BatchEncoding":
+        """The call transformers users write: `tokenizer(texts, text_pair, padding=True,
+        truncation=True, max_length=128, return_tensors="pt")` -> a dict of lists or tensors.
+
+        A single string gives flat lists (tensors of shape (1, T)); a list gives one row per text.
+        truncation=True (or "longest_first") cuts to max_length, by default the model's 512
+        positions; padding=True / "longest" pads to the longest row, "max_length" to max_length.
+        """
+        single = isinstance(text, str)
+        texts = [text] if single else list(text)
+        pairs = None
+        if text_pair is not None:
+            if isinstance(text_pair, str) != single:
+                raise ValueError("text and text_pair must both be strings or both be lists")
+            pairs = [text_pair] if single else list(text_pair)
+        if truncation in (None, False, "do_not_truncate"):
+            truncate = False
+        elif truncation in (True, "longest_first"):
+            truncate = True
+        else:
+            raise ValueError(f"truncation must be True, False or 'longest_first', not {truncation!r}")
+        if padding in ("do_not_pad", None):
+            padding = False
+        if truncate and max_length is None:
+            max_length = MODEL_MAX_LENGTH
+        rows = self.encode_batch(texts, pairs, max_length, truncate, padding, return_offsets_mapping)
+        keys = ["input_ids"]
+        if return_token_type_ids:
+            keys.append("token_type_ids")
+        if return_attention_mask:
+            keys.append("attention_mask")
+        columns = {key: [row[key] for row in rows] for key in keys}
+        if return_offsets_mapping:
+            columns["offset_mapping"] = [[tuple(span) for span in row["offsets"]] for row in rows]
+        if return_tensors is not None:
+            if return_tensors != "pt":
+                raise ValueError(f"return_tensors must be 'pt' or None, not {return_tensors!r}")
+            lengths = {len(row) for row in columns["input_ids"]}
+            if len(lengths) > 1:
+                raise ValueError("rows of different lengths cannot become one tensor: pass padding=True")
+            return BatchEncoding({key: _as_tensor(value) for key, value in columns.items()})
+        if single:
+            columns = {key: value[0] for key, value in columns.items()}
+        return BatchEncoding(columns)
+
     def _assemble(self, a, b, max_length: int | None, return_offsets: bool) -> dict:
         length_a, length_b = len(a.ids), 0 if b is None else len(b.ids)
         if max_length is not None:
@@ -649,6 +779,10 @@ class BertTokenizer:
         tokens = self.convert_ids_to_tokens([int(i) for i in ids])
         if skip_special_tokens:
             tokens = [token for token in tokens if token not in SPECIAL_TOKENS]
+        return self.convert_tokens_to_string(tokens, clean_up_tokenization_spaces)
+
+    def convert_tokens_to_string(self, tokens: Sequence[str], clean_up_tokenization_spaces: bool = True) -> str:
+        """Word pieces back to text: "##" continuations glued on, spaces before punctuation removed."""
         text = " ".join(tokens).replace(" ##", "").strip()
         return _clean_up_tokenization(text) if clean_up_tokenization_spaces else text
 

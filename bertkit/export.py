@@ -1,0 +1,101 @@
+"""`bertkit export --model DIR --format onnx --output FILE`: the model as an ONNX graph.
+
+Inputs input_ids, attention_mask, token_type_ids, each (batch, sequence) int64 with both axes
+dynamic; outputs the head's (logits; start_logits + end_logits; last_hidden_state). The graph is
+traced with every speed option of kernels.py off (plain matmuls, SDPA with the padding mask, no
+unpadding): those paths call oneDNN directly or branch on the data, which a graph cannot hold.
+What the model computes is the same, padded positions included in the mask, so a padded
+variable-length batch gives bertkit's outputs at every real position (tests/test_export.py checks
+this under onnxruntime). Multiple-choice models take (batch, choices, sequence) inputs.
+
+torch's TorchScript-based exporter does the tracing: its dynamo-based one refuses the model's
+data-dependent check for padding (`attention_mask.all()`), which the trace records as the masked
+path. Needs the `onnx` package (`pip install bertkit[export]`; the dev extra has it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from . import kernels
+from .errors import BertkitError
+from .heads import load_model
+from .outputs import atomic_write
+from .inference import TASKS
+
+FORMATS = ("onnx",)
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+PLAIN_KERNELS = dict(onednn_linear="never", unpad="never", fused_gelu=False, packed_attention=False,
+                     attention="sdpa")
+
+
+class _Exported(torch.nn.Module):
+    """The model with positional inputs and a tuple of its head's outputs (what a graph needs)."""
+
+    def __init__(self, model, output_names: tuple[str, ...]):
+        super().__init__()
+        self.model, self.output_names = model, output_names
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return tuple(out[name] for name in self.output_names)
+
+
+def output_names_for(model) -> tuple[str, ...]:
+    task = TASKS.get(type(model).__name__)
+    if task == "question-answering":
+        return ("start_logits", "end_logits")
+    if task == "feature-extraction":
+        return ("last_hidden_state",)
+    if type(model).__name__ == "BertForPreTraining":
+        return ("prediction_logits", "seq_relationship_logits")
+    return ("logits",)
+
+
+def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18) -> Path:
+    """Write the model folder's model as ONNX to `output` (atomically); returns the path."""
+    try:
+        import onnx  # noqa: F401  (torch's exporter writes through it)
+    except ImportError:
+        raise BertkitError("ONNX export needs the onnx package: pip install onnx") from None
+    model = load_model(model_dir).eval()
+    names = output_names_for(model)
+    wrapped = _Exported(model, names).eval()
+    choices = type(model).__name__ == "BertForMultipleChoice"
+    shape = (2, 2, 8) if choices else (2, 8)
+    # The example batch has padding, so the trace takes the masked attention path (the model skips
+    # the mask for a batch without padding, a branch on the data that a graph cannot keep).
+    mask = torch.ones(shape, dtype=torch.long)
+    mask[..., -3:] = 0
+    mask[0, ...] = 1
+    example = (torch.full(shape, 5, dtype=torch.long), mask, torch.zeros(shape, dtype=torch.long))
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if choices else {0: "batch", 1: "sequence"}
+    dynamic_axes = {name: axes for name in INPUT_NAMES}
+    dynamic_axes.update({name: {0: "batch"} for name in names})
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: str) -> None:
+        with kernels.speed_options(**PLAIN_KERNELS), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer warnings about Python-side checks on shapes
+            torch.onnx.export(wrapped, example, tmp, input_names=list(INPUT_NAMES), output_names=list(names),
+                              dynamic_axes=dynamic_axes, dynamo=False, opset_version=opset)
+
+    atomic_write(output, write)
+    return output
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", required=True, help="model folder (Hugging Face layout)")
+    parser.add_argument("--format", default="onnx", choices=FORMATS)
+    parser.add_argument("--output", required=True, help="file to write (e.g. model.onnx)")
+    parser.add_argument("--opset", type=int, default=18, help="ONNX opset version (default 18)")
+
+
+def run_from_args(args) -> int:
+    path = export_onnx(args.model, args.output, args.opset)
+    print(f"export: {args.model} -> {path} (ONNX, dynamic batch and sequence axes)")
+    return 0

@@ -1,0 +1,264 @@
+"""One inference engine for `predict`, `pipeline()` and `serve`: a model folder in, model outputs out.
+
+The engine loads whichever head config.json's `architectures` names, with its tokenizer (vocab.txt
+or tokenizer.json) and, for a sentence-transformers folder, its pooling and normalisation. Rows
+run without gradients in length-grouped batches bounded by a token budget; each batch is padded
+to a length rounded up to `LENGTH_BUCKET` and unpadded inside the model (the fast path of
+kernels.py), so the matrix row counts oneDNN sees come from a small set: it generates and caches
+code per distinct shape, and an unbounded set of shapes grew a long run's memory to gigabytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+from . import kernels
+from .device import autocast, pick_device, resolve_precision
+from .errors import BertkitError
+from .heads import load_model
+from .tokenizer import BertTokenizer
+
+# oneDNN generates kernels per shape and keeps them in a process-wide cache (1024 entries by
+# default); capped, it cannot grow with the variety of lengths clients send. (ideep, torch's
+# wrapper, has a second cache, LRU_CACHE_CAPACITY: capped at 64 it thrashed and ran several
+# times slower, so it keeps its default; the bucketed shapes below keep it small instead.)
+# oneDNN reads the variable when it first makes a kernel, after `serve` and `predict` import this.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "256")
+
+
+def release_free_memory() -> None:
+    """Hand freed heap pages back to the system (glibc's malloc_trim). Batches of ever-changing
+    sizes leave the heap fragmented: without this, a long-running server's resident set creeps up."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl): nothing to do
+        return None
+
+
+_LIBC = _glibc()
+
+OUTPUT_ALIASES = {"logits": "prediction_logits"}
+LENGTH_BUCKET = 16  # padded lengths are multiples of this
+ROW_MULTIPLE = 64  # unpadded token counts are rounded up to a multiple of this (oneDNN shapes)
+
+# The head class -> the task it answers.
+TASKS = {
+    "BertForSequenceClassification": "text-classification",
+    "BertForTokenClassification": "token-classification",
+    "BertForQuestionAnswering": "question-answering",
+    "BertForMaskedLM": "fill-mask",
+    "BertForPreTraining": "fill-mask",
+    "BertForMultipleChoice": "multiple-choice",
+    "BertModel": "feature-extraction",
+}
+
+
+POOLING_KEYS = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}
+
+
+@dataclass
+class Pooling:
+    """How a sentence embedding is made from token vectors (sentence-transformers' Pooling)."""
+
+    mode: str = "mean"  # "mean" | "cls" | "max"
+    normalize: bool = False
+
+
+def read_pooling(model_dir: Path) -> Pooling | None:
+    """The pooling of a sentence-transformers folder (modules.json + 1_Pooling/config.json), else None."""
+    modules_file = model_dir / "modules.json"
+    if not modules_file.is_file():
+        return None
+    try:
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        pooling_dir = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
+        config = json.loads((model_dir / pooling_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration) as e:
+        raise BertkitError(f"cannot read the sentence-transformers pooling ({e})", path=str(modules_file)) from None
+    normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
+    for mode, key in POOLING_KEYS.items():
+        if config.get(key):
+            return Pooling(mode, normalize)
+    raise BertkitError("only mean, cls or max pooling is supported", path=str(model_dir / pooling_dir / "config.json"))
+
+
+def _max_length_of(model_dir: Path, config) -> int:
+    """Positions the model takes: its position table, or less where the folder says so."""
+    limit = config.max_position_embeddings
+    sbert = model_dir / "sentence_bert_config.json"
+    if sbert.is_file():
+        try:
+            limit = min(limit, int(json.loads(sbert.read_text(encoding="utf-8"))["max_seq_length"]))
+        except (ValueError, KeyError, TypeError):
+            raise BertkitError("max_seq_length must be an integer", path=str(sbert)) from None
+    return limit
+
+
+def length_grouped_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> Iterator[list[int]]:
+    """Indices sorted by length and cut into batches whose padded size (rows x bucketed longest)
+    stays within max_batch_tokens (a longer single row still runs alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batch: list[int] = []
+    for i in order:
+        padded = bucketed(lengths[i])
+        if batch and ((len(batch) + 1) * padded > max_batch_tokens or len(batch) >= max_batch_size):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def bucketed(length: int) -> int:
+    return -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
+
+
+def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """input_ids / token_type_ids / attention_mask lists -> (B, T) tensors, T bucketed; rows of
+    multiple choice (C sequences each) -> (B, C, T)."""
+    nested = isinstance(rows[0]["input_ids"][0], list)
+    sequences = [seq for row in rows for seq in (row["input_ids"] if nested else [row["input_ids"]])]
+    T = bucketed(max(len(seq) for seq in sequences))
+    batch = {}
+    for key, pad in (("input_ids", pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
+        if nested:
+            values = [[list(seq) + [pad] * (T - len(seq)) for seq in row[key]] for row in rows]
+        else:
+            values = [list(row[key]) + [pad] * (T - len(row[key])) for row in rows]
+        batch[key] = torch.tensor(values, dtype=torch.long)
+    return batch
+
+
+class InferenceEngine:
+    """A model folder ready to answer: `forward(rows)` for model outputs, the task helpers on top."""
+
+    def __init__(self, model_dir: str | Path, device: str = "auto", precision: str = "auto",
+                 max_batch_tokens: int = 16384, max_batch_size: int = 256):
+        self.model_dir = Path(model_dir)
+        if not self.model_dir.is_dir():
+            raise BertkitError("model directory not found", path=str(self.model_dir))
+        self.device = pick_device(device)
+        self.model = load_model(self.model_dir, require_head=True).to(self.device).eval()
+        self.config = self.model.config
+        self.precision = resolve_precision(precision, self.device)
+        self.tokenizer = BertTokenizer.from_pretrained(self.model_dir)
+        self.pooling = read_pooling(self.model_dir)
+        self.max_length = _max_length_of(self.model_dir, self.config)
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_size = max_batch_size
+        self.task = TASKS[type(self.model).__name__]
+        if self.pooling is not None:
+            self.task = "sentence-embeddings"
+
+    @property
+    def output_keys(self) -> tuple[str, ...]:
+        """The outputs the head's answers are made from."""
+        if self.task == "question-answering":
+            return ("start_logits", "end_logits")
+        if self.task in ("feature-extraction", "sentence-embeddings"):
+            return ("last_hidden_state",)
+        return ("logits",)
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        labels = self.config.id2label
+        return labels if labels else {i: f"LABEL_{i}" for i in range(self.config.num_labels)}
+
+    # ---------------------------------------------------------------- tokenization
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None, truncate: bool = True,
+               max_length: int | None = None, return_offsets: bool = False) -> list[dict]:
+        """Model inputs for texts (and pairs); without `truncate` an over-long text is an error."""
+        limit = min(max_length or self.max_length, self.max_length)
+        rows = self.tokenizer.encode_batch(texts, pairs, max_length=None if not truncate else limit,
+                                           truncation=truncate, return_offsets=return_offsets)
+        if not truncate:
+            for number, row in enumerate(rows):
+                if len(row["input_ids"]) > limit:
+                    raise BertkitError(f"input {number} has {len(row['input_ids'])} tokens, more than the "
+                                       f"model's {limit}: shorten it or ask for truncation")
+        return rows
+
+    # ---------------------------------------------------------------- the forward pass
+
+    @torch.no_grad()
+    def forward(self, rows: Sequence[dict], keys: Sequence[str] | None = None,
+                on_batch=None) -> list[dict[str, torch.Tensor]]:
+        """Per row, the model outputs named by `keys` (default: the head's, `output_keys`) as fp32
+        CPU tensors, token-level outputs cut to the row's length; rows run in length-grouped
+        batches, each reported to `on_batch(rows, padded_tokens)` when given."""
+        keys = keys or self.output_keys
+        results: list[dict | None] = [None] * len(rows)
+        lengths = [max(map(len, r["input_ids"])) if isinstance(r["input_ids"][0], list) else len(r["input_ids"])
+                   for r in rows]
+        for indices in length_grouped_batches(lengths, self.max_batch_tokens, self.max_batch_size):
+            if on_batch is not None:
+                on_batch(len(indices), len(indices) * bucketed(max(lengths[i] for i in indices)))
+            for index, output in zip(indices, self._forward_batch([rows[i] for i in indices], keys)):
+                results[index] = output
+        return results
+
+    def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        batch = {k: v.to(self.device) for k, v in pad_rows(rows, self.tokenizer.pad_token_id).items()}
+        with kernels.speed_options(unpad="always", unpad_multiple=ROW_MULTIPLE), autocast(self.device, self.precision):
+            out = self.model(**batch)
+        token_level = batch["input_ids"].dim() == 2
+        outputs = []
+        for position, row in enumerate(rows):
+            values = {}
+            for key in keys:
+                # BertForPreTraining names its MLM logits prediction_logits.
+                value = out[key if key in out else OUTPUT_ALIASES.get(key, key)][position].float().cpu()
+                if token_level and value.dim() >= 1 and value.shape[0] == batch["input_ids"].shape[1]:
+                    value = value[: len(row["input_ids"])]
+                values[key] = value
+            outputs.append(values)
+        return outputs
+
+    # ---------------------------------------------------------------- task helpers
+
+    def logits(self, texts: Sequence[str], pairs: Sequence[str] | None = None, truncate: bool = True) -> list[torch.Tensor]:
+        return [out["logits"] for out in self.forward(self.encode(texts, pairs, truncate))]
+
+    def token_vectors(self, texts: Sequence[str], truncate: bool = True) -> list[torch.Tensor]:
+        """(T, H) last-layer vectors per text, [CLS] and [SEP] included."""
+        self._require_encoder_output()
+        return [out["last_hidden_state"] for out in self.forward(self.encode(texts, None, truncate))]
+
+    def embeddings(self, texts: Sequence[str], truncate: bool = True, normalize: bool | None = None) -> list[torch.Tensor]:
+        """One vector per text: the folder's pooling (mean over tokens unless it says otherwise)."""
+        return [self.pool(tokens, normalize) for tokens in self.token_vectors(texts, truncate)]
+
+    def pool(self, tokens: torch.Tensor, normalize: bool | None = None) -> torch.Tensor:
+        """(T, H) token vectors of one text -> its sentence embedding."""
+        pooling = self.pooling or Pooling()
+        if pooling.mode == "cls":
+            vector = tokens[0]
+        elif pooling.mode == "max":
+            vector = tokens.max(0).values
+        else:
+            vector = tokens.mean(0)
+        if pooling.normalize if normalize is None else normalize:
+            vector = torch.nn.functional.normalize(vector, dim=0)
+        return vector
+
+    def _require_encoder_output(self) -> None:
+        if self.task not in ("feature-extraction", "sentence-embeddings"):
+            raise BertkitError(f"the model is a {type(self.model).__name__} ({self.task}); token vectors and "
+                               "embeddings come from a BertModel folder (config architectures BertModel)")
+
+
+__all__ = ["InferenceEngine", "Pooling", "read_pooling", "length_grouped_batches", "pad_rows", "TASKS"]

