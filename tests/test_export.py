@@ -10,7 +10,7 @@ from bertkit import BertConfig
 from bertkit.cli import main
 from bertkit.heads import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                            BertForTokenClassification)
-from bertkit.hub import load_model
+from bertkit.heads import load_model
 from bertkit.model import BertModel
 
 

@@ -1,4 +1,7 @@
-"""Every Python block in README.md runs as written (in a scratch directory)."""
+"""Every Python block in README.md runs as written (in a scratch directory).
+
+Blocks fenced as `py` instead of `python` continue a shell example (they load the model its
+commands made) and are not run here."""
 
 import re
 from pathlib import Path

@@ -20,7 +20,8 @@ ablations in benchmarks/results/pretraining_budget.md). What they change, and wh
 - a higher peak learning rate with a short warm-up and linear decay to zero at the budget's
   end (Izsak et al. 2021);
 - a smaller batch, 32 (more updates in the budget at the same sequences per second);
-- NSP stays on (the paper's objective), so does sequence length 128.
+- NSP stays on (the paper's objective), so do sequence length 128 and the 15% masking rate (30%
+  gained +0.3 MLM / +4.7 NSP points at 15 minutes in one run each: not clearly above noise).
 """
 
 from __future__ import annotations
