@@ -98,37 +98,33 @@ def _refuse_non_regular(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
-    """Open a temporary file next to `path`; on a clean exit it is renamed to `path` (readable by
-    others, as a plain open() would make it), on any error it is removed."""
-    path = Path(path)
-    _refuse_non_regular(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
-            yield handle
-        os.chmod(tmp, _file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
-    """write(tmp_path) then rename to `path`; the temporary file never outlives a failure."""
-    path = Path(path)
+def _temporary_beside(path: Path) -> Iterator[str]:
+    """A temporary file next to `path`, renamed to `path` (readable by others, as a plain open() would
+    make it) on a clean exit and removed on any error, a full disk included."""
     _refuse_non_regular(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        write(tmp)
+        yield tmp
         os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator:
+    """open() for writing, atomically: the file appears under `path` complete or not at all."""
+    with _temporary_beside(Path(path)) as tmp, open(tmp, mode, encoding=None if "b" in mode else encoding) as handle:
+        yield handle
+
+
+def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
+    """write(tmp_path) then rename to `path`; the temporary file never outlives a failure."""
+    with _temporary_beside(Path(path)) as tmp:
+        write(tmp)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

