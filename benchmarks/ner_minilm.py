@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     p.add_argument("--doc-context", action="store_true")
     p.add_argument("--precision", default="auto")
     p.add_argument("--seed", type=int, default=42)
-    # fine-tuning (SPEC §7 defaults)
+    # fine-tuning (paper appendix A.3 defaults)
     p.add_argument("--epochs", type=float, default=3)
     p.add_argument("--learning-rate", type=float, default=5e-5)
     p.add_argument("--batch-size", type=int, default=32)

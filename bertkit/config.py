@@ -10,7 +10,7 @@ from typing import Any
 from .errors import BertkitError
 from .outputs import atomic_write_text
 
-# (layers, hidden, heads) per SPEC §3; intermediate size is always 4 x hidden.
+# (layers, hidden, heads) per the paper §3 and Turc et al. 2019; intermediate size is always 4 x hidden.
 PRESETS: dict[str, tuple[int, int, int]] = {
     "tiny": (2, 128, 2),
     "mini": (4, 256, 4),

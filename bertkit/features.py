@@ -1,4 +1,4 @@
-"""Feature-based use of a frozen BERT (SPEC §8): per-token activations of any layer, and the
+"""Feature-based use of a frozen BERT (paper §5.3): per-token activations of any layer, and the
 paper's feature-based NER (frozen features -> 2-layer BiLSTM -> linear tagger, Table 7).
 
 Layer indexes are those of `hidden_states` (as the original's `--layers`, negative from the end):

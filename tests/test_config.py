@@ -1,4 +1,4 @@
-"""BertConfig: SPEC §3 presets, config.json round trips, and compatibility with transformers' reader."""
+"""BertConfig: the paper's §3 presets, config.json round trips, and compatibility with transformers' reader."""
 
 import json
 
@@ -9,7 +9,7 @@ import transformers
 from bertkit import BertConfig, BertkitError, BertModel
 from bertkit.model import param_count
 
-# SPEC §3: (layers, hidden, heads).
+# Paper §3 and Turc et al. 2019: (layers, hidden, heads).
 SPEC_SIZES = {
     "tiny": (2, 128, 2),
     "mini": (4, 256, 4),

@@ -230,7 +230,7 @@ def test_hand_computed_examples(uncased):
 
 
 def test_special_ids_and_sizes(uncased):
-    # SPEC: uncased English BERT ids.
+    # The original release: uncased English BERT ids.
     assert (uncased.pad_token_id, uncased.unk_token_id, uncased.cls_token_id) == (0, 100, 101)
     assert (uncased.sep_token_id, uncased.mask_token_id) == (102, 103)
     assert uncased.vocab_size == len(uncased) == len(uncased.ids_to_tokens) == 30522

@@ -1,6 +1,6 @@
 """Sentence-pair instances for MLM + NSP, built exactly as the original create_pretraining_data.py.
 
-The procedure (SPEC §5) works on sentence *lengths* only; the tokens are sliced out afterwards.
+The procedure (paper §3.1, appendix A.1) works on sentence *lengths* only; the tokens are sliced out afterwards.
 That keeps the Python loop cheap and makes every instance a pair of contiguous token spans:
 
 * A is always sentences ``chunk[0:a_end]`` of the current document;

@@ -7,11 +7,11 @@ Two implementations with the same distribution:
 * :func:`mask_batch` — a (B, T) tensor at once, seeded by a ``torch.Generator``; used for
   dynamic masking in the data loader at every step.
 
-The rule (SPEC §5): predict ``min(max_predictions, max(1, round(n * masked_lm_prob)))`` of the n
+The rule (paper §3.1, appendix A.1): predict ``min(max_predictions, max(1, round(n * masked_lm_prob)))`` of the n
 non-special positions, chosen uniformly at random (Python's round, i.e. half to even, like the
 original's ``int(round(...))``). Two differences from the original, both deliberate:
 
-* n counts only the non-special positions, as SPEC §5 says; the original multiplied the full
+* n counts only the non-special positions, as the paper describes; the original multiplied the full
   length including ``[CLS]`` and both ``[SEP]``. At length 128 both give 19 predictions.
 * With whole-word masking a ``##`` piece joins the previous word only when that word is in the
   same segment; the original also glued a ``##`` piece that opens B (after front truncation) to

@@ -1,4 +1,4 @@
-"""GLUE: fine-tune on one task (or all of them) with the paper's protocol (SPEC §7, §9).
+"""GLUE: fine-tune on one task (or all of them) with the paper's protocol (paper §4.1, appendix A.3).
 
 The story of the module, top to bottom:
   1. the tasks and the official GLUE TSV layouts (`GLUE_TASKS`),

@@ -1,4 +1,4 @@
-"""SWAG-style multiple choice: pick the ending that follows a context (SPEC §7, §9).
+"""SWAG-style multiple choice: pick the ending that follows a context (paper §4.4, appendix A.3).
 
 Each example becomes one `[CLS] context [SEP] ending_k [SEP]` sequence per ending, as in SWAG's
 original set-up and transformers' run_swag: the context is `sent1`, the second segment is

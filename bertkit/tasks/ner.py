@@ -1,4 +1,4 @@
-"""CoNLL-2003 named-entity recognition (SPEC §7): read, window, fine-tune, predict, score.
+"""CoNLL-2003 named-entity recognition (paper §5.3): read, window, fine-tune, predict, score.
 
 The paper's recipe: a linear layer on each token's final vector, the label of a word taken at its
 first WordPiece (other pieces are ignored: label -100 in training, skipped at prediction), no CRF,

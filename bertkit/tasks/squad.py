@@ -1,4 +1,4 @@
-"""SQuAD v1.1 / v2.0 span question answering, following Google's run_squad.py (SPEC §7, §9).
+"""SQuAD v1.1 / v2.0 span question answering, following Google's run_squad.py (paper §4.2-4.3, appendix A.3).
 
 Read the official JSON -> sliding windows over each passage (`squad_windows`, see
 squad_windows.py) -> BertForQuestionAnswering (start/end logits, loss (CE(start) + CE(end)) / 2)

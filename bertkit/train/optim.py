@@ -1,4 +1,4 @@
-"""AdamW with the paper's settings (SPEC §6) and linear warm-up then linear decay to zero."""
+"""AdamW with the paper's settings (paper appendix A.2) and linear warm-up then linear decay to zero."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.01,
                     betas=(0.9, 0.999), eps: float = 1e-6) -> torch.optim.AdamW:
     groups = param_groups(model, weight_decay)
     try:
-        # One fused kernel per step: ~4x faster than the per-parameter loop (PERF-NOTES).
+        # One fused kernel per step: ~4x faster than the per-parameter loop (BERT-BASE: 0.04 s vs 0.15-0.18 s).
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=True)
     except (RuntimeError, TypeError):
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, foreach=True)

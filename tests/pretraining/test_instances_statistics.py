@@ -194,7 +194,7 @@ def test_instance_statistics_on_real_text(dynamic_dataset):
     count = len(arrays["lengths"])
     assert count == summary["instances"] > 4000
     assert arrays["lengths"].max() <= MAX_SEQ_LENGTH and arrays["lengths"].min() >= 5
-    # NotNext: one half by the coin, plus every single-sentence chunk (SPEC: about 55%).
+    # NotNext: one half by the coin, plus every single-sentence chunk (about 55%, as the original create_pretraining_data.py gives).
     not_next = arrays["next_sentence_labels"].mean()
     sigma = math.sqrt(0.25 / count)
     assert 0.5 - 4 * sigma < not_next < 0.6

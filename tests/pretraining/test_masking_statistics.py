@@ -16,7 +16,7 @@ MASK_ID = 103
 
 
 def expected_count(num_candidates, prob=0.15, cap=20):
-    # SPEC §5: 15% of the non-special positions, at least 1, at most the cap (round half to even).
+    # Paper §3.1: 15% of the non-special positions, at least 1, at most the cap (round half to even).
     return min(cap, max(1, int(round(num_candidates * prob))))
 
 
@@ -51,7 +51,7 @@ def _mix_counts(original, masked, labels_mask):
     return n_mask, n_same, len(shown) - n_mask - n_same
 
 
-# SPEC §10's masking ablation mixes ([MASK], same, random).
+# The paper's masking ablation (appendix C.2) mixes ([MASK], same, random).
 SPEC_MIXES = [(0.8, 0.1, 0.1), (1.0, 0.0, 0.0), (0.8, 0.0, 0.2), (0.8, 0.2, 0.0), (0.0, 0.2, 0.8), (0.0, 0.0, 1.0)]
 
 
