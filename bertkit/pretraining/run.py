@@ -31,6 +31,7 @@ from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
 from ..train.plan import parse_duration
+from .init import POSITION_INITS, sinusoidal_positions_
 from .recipe import PAPER, resolve_recipe
 from .shards import PretrainingBatchSource, PretrainingDataset
 
@@ -42,6 +43,24 @@ def build_pretraining_model(config: BertConfig, objective: str, nsp: bool):
     if objective == "ltr" or not nsp:
         return BertForMaskedLM(config)
     return BertForPreTraining(config)
+
+
+def split_phases(phases: list[tuple], max_steps: int | None) -> list[Phase]:
+    """Phases from (source, name, share of all steps or None for the rest): with `max_steps` as step
+    counts, without (a time budget sets the steps later) as fractions."""
+    given = sum(share for _, _, share in phases if share is not None)
+    if given >= 1:
+        raise BertkitError(f"the phases' shares of the steps add up to {given:g}; they must leave room for "
+                           "phase 1 (below 1)")
+    shares = [share if share is not None else 1 - given for _, _, share in phases]
+    if max_steps is None:
+        return [Phase(src, name=name, fraction=share) for (src, name, _), share in zip(phases, shares)]
+    if len(phases) == 1:
+        return [Phase(phases[0][0], steps=max_steps, name=phases[0][1])]
+    counts = [max(1, round(max_steps * share)) for share in shares]
+    rest = shares.index(1 - given)
+    counts[rest] = max(1, max_steps - sum(c for i, c in enumerate(counts) if i != rest))
+    return [Phase(src, steps=count, name=name) for (src, name, _), count in zip(phases, counts)]
 
 
 def pretraining_batch_metrics(batch: dict, out) -> dict:
@@ -94,7 +113,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
              eval_batches: int = 20, resume: bool = False, overwrite: bool = False, nsp: bool | None = None,
              objective: str = "mlm", mask_mix=None, masking: str | None = None, phase2_data: str | None = None,
              phase2_fraction: float = 0.1, init_from: str | None = None, device: str = "auto",
-             progress: bool | None = None):
+             progress: bool | None = None, position_init: str | None = None, short_seq_length: int | None = None,
+             short_seq_fraction: float | None = None):
     """Pre-train and return the TrainResult; the model lands in `output` in the Hugging Face layout.
 
     Settings left as None come from the recipe: the paper's without `time_budget`, else the one
@@ -112,7 +132,12 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         f"custom ({model_config.num_hidden_layers} layers x {model_config.hidden_size})", batch_size=batch_size,
         learning_rate=learning_rate, warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, max_steps=max_steps,
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, dropout=dropout, masked_lm_prob=masked_lm_prob,
-        nsp=nsp), budget)
+        nsp=nsp, position_init=position_init, short_seq_length=short_seq_length,
+        short_seq_fraction=short_seq_fraction), budget)
+    if recipe.short_seq_length and not 0 < recipe.short_seq_fraction < 1:
+        raise BertkitError("--short-seq-length needs --short-seq-fraction between 0 and 1")
+    if short_seq_fraction is not None and not recipe.short_seq_length:
+        raise BertkitError("--short-seq-fraction needs --short-seq-length")
     nsp = recipe.nsp and objective == "mlm"
     if not nsp and objective == "mlm" and "no next-sentence prediction" not in " ".join(deviations):
         deviations.append("no next-sentence prediction (paper: MLM + NSP)")
@@ -139,8 +164,12 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
                                                **options)
 
     dataset1, source1 = source(data)
-    phase1_name = f"phase1 (len {dataset1.max_seq_length})"
-    phases = [Phase(source1, steps=recipe.max_steps, name=phase1_name)]
+    phases = []  # (source, name, share of all steps)
+    if recipe.short_seq_length and recipe.short_seq_length < dataset1.max_seq_length:
+        short = PretrainingBatchSource(dataset1, per_rank, seed + 2, rank=rank, world_size=world,
+                                       max_length=recipe.short_seq_length, **train_options)
+        phases.append((short, f"short sequences (len {recipe.short_seq_length})", recipe.short_seq_fraction))
+    phases.append((source1, f"phase1 (len {dataset1.max_seq_length})", None))
     if phase2_data:
         if not 0 < phase2_fraction < 1:
             raise BertkitError("--phase2-fraction must be between 0 and 1")
@@ -148,14 +177,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         if dataset2.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
             raise BertkitError("phase-2 data was built with a different vocabulary than phase-1 data",
                                path=phase2_data)
-        name2 = f"phase2 (len {dataset2.max_seq_length})"
-        if budget:
-            phases = [Phase(source1, name=phase1_name, fraction=1 - phase2_fraction),
-                      Phase(source2, name=name2, fraction=phase2_fraction)]
-        else:
-            steps2 = max(1, round(recipe.max_steps * phase2_fraction))
-            phases = [Phase(source1, steps=recipe.max_steps - steps2, name=phase1_name),
-                      Phase(source2, steps=steps2, name=name2)]
+        phases.append((source2, f"phase2 (len {dataset2.max_seq_length})", phase2_fraction))
+    phases = split_phases(phases, None if budget else recipe.max_steps)
 
     tokenizer = data_tokenizer(dataset1)
     set_seed(seed)  # the initial weights too are a function of --seed
@@ -170,6 +193,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         if dropout is not None or budget:  # else a given config.json keeps its own dropout
             config = config.replace(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
         model = build_pretraining_model(config, objective, nsp)
+        if recipe.position_init == "sinusoidal":
+            sinusoidal_positions_(model.bert.embeddings.position_embeddings, config.initializer_range)
     evaluate = None
     if eval_data:
         eval_dataset = PretrainingDataset(eval_data)
@@ -292,6 +317,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--masking", choices=["static", "dynamic"], help="override the data's masking mode")
     p.add_argument("--phase2-data", help="data directory for phase 2 (length 512)")
     p.add_argument("--phase2-fraction", type=flags.open_fraction, default=0.1)
+    p.add_argument("--position-init", choices=POSITION_INITS, help="how learned position embeddings start: normal "
+                   "(the paper's) or sinusoidal (default: the budget's recipe)")
+    p.add_argument("--short-seq-length", type=flags.non_negative_int, help="train the first --short-seq-fraction "
+                   "of the steps on pairs cut to this length from --data (0: off; default: the budget's recipe)")
+    p.add_argument("--short-seq-fraction", type=flags.open_fraction, help="share of the steps at --short-seq-length")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
 
 
@@ -314,7 +344,8 @@ def run_from_args(args) -> int:
         eval_data=args.eval_data, eval_batches=args.eval_batches, resume=args.resume, overwrite=args.overwrite,
         nsp=False if args.no_nsp else None, objective=args.objective, mask_mix=args.mask_mix,
         masking=args.masking, phase2_data=args.phase2_data, phase2_fraction=args.phase2_fraction,
-        init_from=args.init_from, device=args.device, progress=args.progress,
+        init_from=args.init_from, device=args.device, progress=args.progress, position_init=args.position_init,
+        short_seq_length=args.short_seq_length, short_seq_fraction=args.short_seq_fraction,
     )
     rank, _ = dist_info()
     if rank == 0:

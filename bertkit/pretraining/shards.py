@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ import torch
 from ..errors import BertkitError
 from ..outputs import atomic_open
 from ..tokenizer import load_vocab
-from .instances import PairArrays
+from .instances import PairArrays, truncate_pair_spans
 from .masking import mask_batch, parse_mask_mix
 
 FORMAT_NAME = "bertkit-pretraining-data"
@@ -304,6 +305,30 @@ class PretrainingDataset:
                 out[key][picked] = array[local]
         return out
 
+    def _cut_pairs(self, raw: dict[str, np.ndarray], max_length: int, generator: torch.Generator | None
+                   ) -> dict[str, np.ndarray]:
+        """[CLS] A [SEP] B [SEP] rows cut to `max_length` tokens, A and B trimmed as the data was."""
+        if max_length < 5:
+            raise BertkitError(f"cannot cut sentence pairs to {max_length} tokens (at least 5)")
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if generator is not None else 0
+        rng = random.Random(seed)
+        ids = np.full((len(raw["lengths"]), max_length), self.pad_id, dtype=np.int64)
+        lengths, b_starts = raw["lengths"].copy(), raw["b_starts"].copy()
+        for row, (length, b_start) in enumerate(zip(raw["lengths"], raw["b_starts"])):
+            a0, a1, b0, b1 = truncate_pair_spans(1, int(b_start) - 1, int(b_start), int(length) - 1,
+                                                 max_length - 3, rng)
+            source = raw["input_ids"][row].copy()
+            if "masked_lm_counts" in raw:  # static data: put the stored masks' tokens back before cutting
+                count = int(raw["masked_lm_counts"][row])
+                source[raw["masked_lm_positions"][row, :count]] = raw["masked_lm_ids"][row, :count]
+            cut = np.concatenate([[self.cls_id], source[a0:a1], [self.sep_id], source[b0:b1], [self.sep_id]])
+            ids[row, :len(cut)] = cut
+            lengths[row], b_starts[row] = len(cut), a1 - a0 + 2
+        out = {**raw, "input_ids": ids, "lengths": lengths, "b_starts": b_starts}
+        if "masked_lm_counts" in raw:
+            out["masked_lm_counts"] = np.zeros_like(raw["masked_lm_counts"])
+        return out
+
     def get_batch(
         self,
         indices: Sequence[int] | np.ndarray,
@@ -317,6 +342,7 @@ class PretrainingDataset:
         objective: str = "mlm",
         nsp: bool = True,
         trim: bool = True,
+        max_length: int | None = None,
     ) -> dict[str, torch.Tensor]:
         """A batch as torch tensors.
 
@@ -326,7 +352,8 @@ class PretrainingDataset:
         whole word) need dynamic masking. objective "ltr": unmasked input_ids and labels = the
         next token id at each position (-100 at padding and at the last real token), no NSP
         label. `nsp=False` leaves out next_sentence_label. `trim` cuts the batch to its
-        longest row.
+        longest row. `max_length` (dynamic masking) first cuts each pair to that many tokens the way
+        the data was made (the original's truncate_seq_pair): a short-sequence phase from the same data.
         """
         masking = masking or self.masking
         if masking not in ("static", "dynamic"):
@@ -348,6 +375,10 @@ class PretrainingDataset:
                                        "use masking='dynamic' to draw new masks at load time")
 
         raw = self.rows(indices)
+        if max_length is not None and max_length < self.max_seq_length:
+            if masking != "dynamic" or objective != "mlm":
+                raise BertkitError("cutting instances to a shorter length needs dynamic MLM masking")
+            raw = self._cut_pairs(raw, max_length, generator)
         lengths = raw["lengths"]
         width = int(lengths.max()) if trim and len(lengths) else self.max_seq_length
         ids = np.ascontiguousarray(raw["input_ids"][:, :width])
@@ -432,6 +463,7 @@ class PretrainingBatchSource:
         objective: str = "mlm",
         nsp: bool = True,
         trim: bool = True,
+        max_length: int | None = None,
     ):
         if batch_size < 1:
             raise BertkitError("batch size must be at least 1")
@@ -445,7 +477,8 @@ class PretrainingBatchSource:
         self.drop_last = drop_last
         self.options = dict(masking=masking, masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
                             mask_mix=parse_mask_mix(mask_mix) if mask_mix is not None else None,
-                            whole_word=whole_word, objective=objective, nsp=nsp, trim=trim)
+                            whole_word=whole_word, objective=objective, nsp=nsp, trim=trim,
+                            max_length=max_length)
         # Fail now, not at the first batch, on options the data cannot serve.
         if len(dataset):
             dataset.get_batch([0], generator=torch.Generator().manual_seed(0), **self.options)

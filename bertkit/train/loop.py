@@ -37,7 +37,7 @@ from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_train
                          set_rng_state, set_seed)
 from .metrics_log import MetricsLog, MetricsWindow
 from .optim import build_optimizer, linear_factor
-from .plan import Calibration, Plan, plan_fixed, plan_for_budget, replan
+from .plan import Calibration, Plan, plan_fixed, plan_for_budget, replan, steps_cost
 
 # What marks a folder as holding a run (refused without resume / overwrite).
 RUN_MARKERS = ("metrics.jsonl", "train_summary.json", "model.safetensors")
@@ -422,13 +422,19 @@ class Trainer:
         return max(1, min(plan.total_steps - 1, step))
 
     def pace(self) -> float:
-        """Seconds per step since the last mark (training start or the last re-plan or check),
-        evaluations and checkpoints left out; moves the mark."""
+        """How much slower than calibrated the steps since the last mark (training start, the last
+        re-plan or check) ran: measured seconds over the calibrated seconds of those steps, each at
+        its phase's calibrated step time; evaluations and checkpoints left out. Moves the mark."""
+        scale = self.pace_since_mark()
+        self.pace_mark = (self.elapsed(), self.global_step, self.paused)
+        return scale
+
+    def pace_since_mark(self) -> float:
         elapsed0, step0, paused0 = self.pace_mark
-        now = self.elapsed()
-        pace = (now - elapsed0 - (self.paused - paused0)) / max(1, self.global_step - step0)
-        self.pace_mark = (now, self.global_step, self.paused)
-        return pace
+        measured = self.elapsed() - elapsed0 - (self.paused - paused0)
+        calibrated = steps_cost(self.plan.steps_per_phase, step0, self.global_step,
+                                self.plan.calibration.seconds_per_step)
+        return measured / calibrated if calibrated > 0 else 1.0
 
     def running_late(self) -> bool:
         """At each planned evaluation after the first re-plan: would the rest, at the pace kept since
@@ -440,32 +446,30 @@ class Trainer:
         if (not plan.time_budget or plan.replanned_at is None or not plan.eval_steps
                 or self.global_step % plan.eval_steps or self.global_step >= plan.total_steps):
             return False
-        elapsed0, step0, paused0 = self.pace_mark
-        if self.global_step - step0 < 20:
+        if self.global_step - self.pace_mark[1] < 20:
             return False
-        pace = (self.elapsed() - elapsed0 - (self.paused - paused0)) / (self.global_step - step0)
         cal = plan.calibration
+        rest = self.pace_since_mark() * steps_cost(plan.steps_per_phase, self.global_step, plan.total_steps,
+                                                   cal.seconds_per_step)
         evals_left = (plan.total_steps - self.global_step) // plan.eval_steps + 1
-        finish = self.elapsed() + (plan.total_steps - self.global_step) * pace + evals_left * cal.eval_seconds \
-            + cal.save_seconds
+        finish = self.elapsed() + rest + evals_left * cal.eval_seconds + cal.save_seconds
         if finish <= plan.time_budget * 1.01:
             self.pace_mark = (self.elapsed(), self.global_step, self.paused)
             return False
         return True
 
-    def replan(self, pace: float) -> None:
+    def replan(self, scale: float) -> None:
         old = self.plan
         evals_left = (old.total_steps - self.global_step) // old.eval_steps + 1 if old.eval_steps else 1
         saves_left = (old.total_steps - self.global_step) // old.save_steps if old.save_steps else 0
-        fractions = [s / old.total_steps for s in old.steps_per_phase]
-        self.plan = replan(old, self.global_step, self.elapsed(), pace, fractions, evals_left if self.evaluate else 0,
+        self.plan = replan(old, self.global_step, self.elapsed(), scale, evals_left if self.evaluate else 0,
                            saves_left, margin=min(30.0, 0.01 * old.time_budget))
         if self.world > 1:
             shared = [self.plan]
             dist.broadcast_object_list(shared, src=0)
             self.plan = shared[0]
         if self.is_main and self.plan.total_steps != old.total_steps:
-            print(f"time budget: re-planned to {self.plan.total_steps} steps at the measured pace of {pace:.3f} s/step",
+            print(f"time budget: re-planned to {self.plan.total_steps} steps at {scale:.2f}x the calibrated step time",
                   file=sys.stderr)
 
     def out_of_time(self) -> bool:

@@ -109,21 +109,53 @@ def plan_for_budget(budget: float, elapsed: float, fractions: list[float], calib
                 time_budget=budget, calibration=calibration)
 
 
-def replan(plan: Plan, step: int, elapsed: float, seconds_per_step: float, fractions: list[float],
-           eval_points_left: int, saves_left: int, margin: float) -> Plan:
-    """Re-plan the steps after `step` at the pace measured since training began.
+def steps_cost(steps_per_phase: list[int], start: int, end: int, seconds_per_step: list[float]) -> float:
+    """Calibrated seconds of steps [start, end), each at its phase's step time."""
+    cost, phase_start = 0.0, 0
+    for steps, seconds in zip(steps_per_phase, seconds_per_step):
+        phase_end = phase_start + steps
+        cost += max(0, min(end, phase_end) - max(start, phase_start)) * seconds
+        phase_start = phase_end
+    return cost
+
+
+def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left: int, saves_left: int,
+           margin: float) -> Plan:
+    """Re-plan the steps after `step`: the most that fit in what is left of the budget when every step
+    takes `scale` times its phase's calibrated time.
 
     The calibration times single steps; the loop around them (data, logging) and a machine whose
-    load changed are only seen over many steps. The pace of phase 1 so far scales every phase's
-    calibrated step time; the warm-up, already over, is kept.
+    load changed are only seen over many steps, as a pace `scale` measured since training began
+    (or since the last check). Phases keep their shares of the steps, except those already
+    finished, which keep their length; the warm-up, already over, is kept.
     """
     cal = plan.calibration
-    scale = seconds_per_step / cal.seconds_per_step[0]
+    old_steps = plan.steps_per_phase
+    fractions = [s / plan.total_steps for s in old_steps]
+    old_ends = plan.phase_ends()
+    current = next((i for i, end in enumerate(old_ends) if end > step), len(old_steps) - 1)
+
+    def layout(total: int) -> list[int]:
+        steps = [old_steps[i] if i < current else max(1, round(total * f)) for i, f in enumerate(fractions)]
+        start = sum(steps[:current])
+        steps[current] = max(step + 1 - start, total - start - sum(steps[current + 1:]), 1)
+        return steps
+
     left = plan.time_budget - elapsed - margin - eval_points_left * cal.eval_seconds - (saves_left + 1) * cal.save_seconds
-    per_step = scale * sum(f * t for f, t in zip(fractions, cal.seconds_per_step))
-    total = max(step + 1, step + int(left / per_step))
-    steps = [max(1, round(total * f)) for f in fractions]
-    steps[0] = max(1, total - sum(steps[1:]))
+
+    def fits(total: int) -> bool:
+        steps = layout(total)
+        return scale * steps_cost(steps, step, sum(steps), cal.seconds_per_step) <= left
+
+    low = step + 1  # always at least one more step
+    high = step + 2 + int(max(left, 0) / (scale * min(cal.seconds_per_step)))
+    while low < high:  # the largest total that fits
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    steps = layout(low)
     total = sum(steps)
     eval_points = eval_points_left + 1
     return dataclasses.replace(plan, steps_per_phase=steps,
@@ -132,4 +164,4 @@ def replan(plan: Plan, step: int, elapsed: float, seconds_per_step: float, fract
                                replanned_at=step)
 
 
-__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget", "replan"]
+__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget", "replan", "steps_cost"]

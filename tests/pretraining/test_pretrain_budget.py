@@ -108,3 +108,44 @@ def test_pretrain_refuses_an_existing_run_and_a_foreign_resume(data32, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "seed" in err[0]
     assert main(common + ["--seed", "2", "--overwrite"]) == 0
+
+
+def test_sinusoidal_position_init_has_a_relative_geometry():
+    """Dot products of the initial position vectors depend only on the offset between positions (the
+    property that lets attention find neighbours), at the configured initializer std."""
+    from bertkit.pretraining.init import sinusoidal_positions_
+
+    table = sinusoidal_positions_(torch.nn.Embedding(128, 64), 0.02).weight.double()
+    assert abs(table.std().item() - 0.02) < 1e-6
+    gram = table @ table.T
+    for offset in (1, 5, 30):
+        diagonal = torch.diagonal(gram, offset)
+        assert torch.allclose(diagonal, diagonal[0].expand_as(diagonal), atol=1e-9)
+    assert gram[10, 11] > gram[10, 40]  # nearby positions are more alike than distant ones
+
+
+def test_short_sequence_phase_and_position_init(data32, tmp_path):
+    out = tmp_path / "run"
+    rc = main(["pretrain", "--data", str(data32), "--output", str(out), "--model-config", "tiny", "--batch-size",
+               "8", "--max-steps", "6", "--short-seq-length", "16", "--short-seq-fraction", "0.5",
+               "--position-init", "sinusoidal", "--precision", "fp32", "--save-steps", "0", "--no-progress"])
+    assert rc == 0
+    args = json.loads((out / "pretrain_args.json").read_text())
+    assert args["plan"]["steps_per_phase"] == [3, 3]
+    deviations = json.loads((out / "config.json").read_text())["bertkit_pretraining"]["deviations_from_paper"]
+    assert any("cut to 16 tokens" in d for d in deviations) and any("sinusoidal" in d for d in deviations)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r][-1] == 6
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--short-seq-length", "16"], "needs --short-seq-fraction"),
+    (["--short-seq-fraction", "0.5"], "needs --short-seq-length"),
+    (["--short-seq-length", "16", "--short-seq-fraction", "0.5", "--phase2-data", "{data}", "--phase2-fraction",
+      "0.6"], "add up to"),
+])
+def test_short_sequence_phase_flags_are_checked(data32, tmp_path, capsys, flags, message):
+    flags = [f.format(data=data32) for f in flags]
+    rc = main(["pretrain", "--data", str(data32), "--output", str(tmp_path / "run"), "--model-config", "tiny",
+               "--max-steps", "4", "--no-progress", *flags])
+    assert rc != 0 and message in capsys.readouterr().err

@@ -190,3 +190,52 @@ def test_loader_errors(tmp_path, static_dataset):
         PretrainingDataset(tmp_path)
     with pytest.raises(BertkitError, match="fewer than one batch"):
         PretrainingBatchSource(PretrainingDataset(static_dataset[0]), batch_size=10**7, seed=0)
+
+
+@pytest.mark.parametrize("fixture", ["dynamic_dataset", "static_dataset"])
+def test_pairs_cut_to_a_shorter_length_as_the_original_truncates(fixture, request):
+    """max_length cuts [CLS] A [SEP] B [SEP] the way the data was made (truncate_seq_pair: the longer
+    side loses tokens, each from its front or back with equal probability); masks are drawn after."""
+    dataset = PretrainingDataset(request.getfixturevalue(fixture)[0])
+    rows = np.arange(min(len(dataset), 400))
+    raw = dataset.rows(rows)
+    full = dataset.get_batch(rows, generator=torch.Generator().manual_seed(4), masking="dynamic")
+    originals = torch.where(full["labels"] != -100, full["labels"], full["input_ids"])
+    cut = dataset.get_batch(rows, generator=torch.Generator().manual_seed(5), masking="dynamic", max_length=32)
+    assert cut["input_ids"].shape[1] <= 32
+    assert torch.equal(cut["next_sentence_label"], full["next_sentence_label"])
+    restored = torch.where(cut["labels"] != -100, cut["labels"], cut["input_ids"])
+    front = back = 0
+    for row in range(len(rows)):
+        n = int(cut["attention_mask"][row].sum())
+        ids, types = restored[row, :n].tolist(), cut["token_type_ids"][row, :n].tolist()
+        b_start = types.index(1)
+        assert ids[0] == CLS_ID and ids[b_start - 1] == SEP_ID and ids[-1] == SEP_ID and n <= 32
+        a_full = originals[row, 1:raw["b_starts"][row] - 1].tolist()
+        b_full = originals[row, raw["b_starts"][row]:raw["lengths"][row] - 1].tolist()
+        a_cut, b_cut = ids[1:b_start - 1], ids[b_start:n - 1]
+        # each side is a contiguous piece of its original; nothing is cut from a pair that fits
+        for piece, whole in ((a_cut, a_full), (b_cut, b_full)):
+            starts = [s for s in range(len(whole) - len(piece) + 1) if whole[s:s + len(piece)] == piece]
+            assert starts, (piece, whole)
+            if len(piece) < len(whole):
+                front += starts[0]
+                back += len(whole) - len(piece) - starts[0]
+        if raw["lengths"][row] <= 32:
+            assert len(a_cut) == len(a_full) and len(b_cut) == len(b_full)
+        else:  # the longer side was trimmed until the pair fit: the sides end level, or one is whole
+            assert n == 32
+            assert abs(len(a_cut) - len(b_cut)) <= 1 or len(a_cut) == len(a_full) or len(b_cut) == len(b_full)
+        # masks drawn on the cut row: the 15% rule over its own non-special positions
+        assert int((cut["labels"][row] != -100).sum()) == min(dataset.max_predictions, max(1, round(0.15 * (n - 3))))
+    # front and back removals are equally likely (binomial, p = 1/2): within 4 standard deviations
+    removed = front + back
+    assert removed > 500 and abs(front - removed / 2) < 4 * (removed / 4) ** 0.5, (front, back)
+
+
+def test_cutting_pairs_needs_dynamic_masking_and_room(static_dataset):
+    dataset = PretrainingDataset(static_dataset[0])
+    with pytest.raises(BertkitError, match="dynamic"):
+        dataset.get_batch(np.arange(4), max_length=32)
+    with pytest.raises(BertkitError, match="at least 5"):
+        dataset.get_batch(np.arange(4), masking="dynamic", generator=torch.Generator().manual_seed(0), max_length=4)

@@ -145,7 +145,7 @@ def test_plot_writes_pngs(tmp_path):
 # -- wall-clock budgets ------------------------------------------------------------------------
 
 from bertkit.errors import BertkitError  # noqa: E402
-from bertkit.train.plan import Calibration, parse_duration, plan_for_budget  # noqa: E402
+from bertkit.train.plan import Calibration, parse_duration, plan_for_budget, replan, steps_cost  # noqa: E402
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("15m", 900), ("1h", 3600), ("1h30m", 5400),
@@ -172,6 +172,24 @@ def test_plan_for_budget_pays_for_evaluations_and_saves_first():
     with pytest.raises(BertkitError, match="no time to train"):
         plan_for_budget(30, elapsed=25, fractions=[1.0], calibration=cal, warmup_ratio=0.0, eval_points=1,
                         save_points=0, margin=1)
+
+
+def test_replan_prices_each_phase_at_its_own_step_time_and_keeps_finished_phases():
+    # A fast first phase (short sequences, 0.2 s) and a slow second one (1.0 s), 50/50.
+    cal = Calibration(seconds_per_step=[0.2, 1.0], eval_seconds=0.0, save_seconds=0.0, calibration_seconds=0.0,
+                      steps_measured=[4, 4])
+    plan = plan_for_budget(600, elapsed=0, fractions=[0.5, 0.5], calibration=cal, warmup_ratio=0.0, eval_points=1,
+                           save_points=0, margin=0)
+    assert plan.steps_per_phase == [500, 500] and steps_cost(plan.steps_per_phase, 0, 1000, [0.2, 1.0]) == 600
+    assert steps_cost([500, 500], 400, 600, [0.2, 1.0]) == 100 * 0.2 + 100 * 1.0
+    # At step 600 (phase 1 over), 150 s late: 600 - 270 = 330 s left at the slow phase's pace
+    # (scale 1.0) -> 330 more steps, all in phase 2; phase 1 keeps its 500.
+    late = replan(plan, step=600, elapsed=270, scale=1.0, eval_points_left=0, saves_left=0, margin=0)
+    assert late.steps_per_phase == [500, 430] and late.replanned_at == 600
+    # Inside phase 1, a machine 1.2x slower than calibrated: the rest is priced per phase at 1.2x.
+    early = replan(plan, step=100, elapsed=24, scale=1.2, eval_points_left=0, saves_left=0, margin=0)
+    rest = 1.2 * steps_cost(early.steps_per_phase, 100, early.total_steps, [0.2, 1.0])
+    assert 576 - 1.2 <= rest <= 576 and abs(early.steps_per_phase[0] - early.steps_per_phase[1]) <= 1
 
 
 class SlowSource(ToySource):
