@@ -37,7 +37,7 @@ from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_train
                          set_rng_state, set_seed)
 from .metrics_log import MetricsLog, MetricsWindow
 from .optim import build_optimizer, linear_factor
-from .plan import Calibration, Plan, plan_fixed, plan_for_budget, replan, steps_cost
+from .plan import Calibration, Plan, off_pace, plan_fixed, plan_for_budget, replan, steps_cost
 
 # What marks a folder as holding a run (refused without resume / overwrite).
 RUN_MARKERS = ("metrics.jsonl", "train_summary.json", "model.safetensors")
@@ -388,7 +388,7 @@ class Trainer:
                     self.train_seconds += pause - t0
                     if self.out_of_time():
                         return True
-                    if self.global_step == self.replan_step() or self.running_late():
+                    if self.global_step == self.replan_step() or self.off_pace():
                         self.replan(self.pace())
                         total, ends = self.plan.total_steps, self.plan.phase_ends()
                         if bar is not None:
@@ -412,7 +412,7 @@ class Trainer:
 
     def replan_step(self) -> int | None:
         """A budgeted run re-plans once a tenth of the way in (after at least 20 steps, before the first
-        checkpoint); later only when it runs late (`running_late`)."""
+        checkpoint); later only when it runs off pace (`off_pace`)."""
         plan = self.plan
         if not plan.time_budget or plan.calibration is None or plan.replanned_at is not None:
             return None
@@ -436,10 +436,11 @@ class Trainer:
                                 self.plan.calibration.seconds_per_step)
         return measured / calibrated if calibrated > 0 else 1.0
 
-    def running_late(self) -> bool:
+    def off_pace(self) -> bool:
         """At each planned evaluation after the first re-plan: would the rest, at the pace kept since
-        the last check, end more than 1% past the budget? (The machine got slower.) Then the rest
-        is re-planned so that the learning rate still reaches zero on time."""
+        the last check, end more than 1% past the budget (the machine got slower) or more than 3%
+        before it (a later phase runs faster than its first steps measured)? Then the rest is
+        re-planned so that the learning rate still reaches zero at the budget's end."""
         plan = self.plan
         if self.resumed:  # a resumed run keeps the recorded schedule, whatever its pace
             return False
@@ -448,12 +449,7 @@ class Trainer:
             return False
         if self.global_step - self.pace_mark[1] < 20:
             return False
-        cal = plan.calibration
-        rest = self.pace_since_mark() * steps_cost(plan.steps_per_phase, self.global_step, plan.total_steps,
-                                                   cal.seconds_per_step)
-        evals_left = (plan.total_steps - self.global_step) // plan.eval_steps + 1
-        finish = self.elapsed() + rest + evals_left * cal.eval_seconds + cal.save_seconds
-        if finish <= plan.time_budget * 1.01:
+        if not off_pace(plan, self.global_step, self.elapsed(), self.pace_since_mark()):
             self.pace_mark = (self.elapsed(), self.global_step, self.paused)
             return False
         return True

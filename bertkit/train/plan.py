@@ -119,6 +119,17 @@ def steps_cost(steps_per_phase: list[int], start: int, end: int, seconds_per_ste
     return cost
 
 
+def off_pace(plan: Plan, step: int, elapsed: float, scale: float) -> bool:
+    """Would the rest of `plan`, every step at `scale` times its phase's calibrated time, end more
+    than 1% past the budget (the machine got slower) or more than 3% before it (a later phase runs
+    faster than its first steps measured)?"""
+    cal = plan.calibration
+    rest = scale * steps_cost(plan.steps_per_phase, step, plan.total_steps, cal.seconds_per_step)
+    evals_left = (plan.total_steps - step) // plan.eval_steps + 1 if plan.eval_steps else 1
+    finish = elapsed + rest + evals_left * cal.eval_seconds + cal.save_seconds
+    return not plan.time_budget * 0.97 <= finish <= plan.time_budget * 1.01
+
+
 def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left: int, saves_left: int,
            margin: float) -> Plan:
     """Re-plan the steps after `step`: the most that fit in what is left of the budget when every step
@@ -164,4 +175,4 @@ def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left
                                replanned_at=step)
 
 
-__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget", "replan", "steps_cost"]
+__all__ = ["Calibration", "Plan", "parse_duration", "plan_fixed", "plan_for_budget", "replan", "steps_cost", "off_pace"]

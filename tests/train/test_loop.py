@@ -145,7 +145,7 @@ def test_plot_writes_pngs(tmp_path):
 # -- wall-clock budgets ------------------------------------------------------------------------
 
 from bertkit.errors import BertkitError  # noqa: E402
-from bertkit.train.plan import Calibration, parse_duration, plan_for_budget, replan, steps_cost  # noqa: E402
+from bertkit.train.plan import Calibration, off_pace, parse_duration, plan_for_budget, replan, steps_cost  # noqa: E402
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("15m", 900), ("1h", 3600), ("1h30m", 5400),
@@ -192,6 +192,21 @@ def test_replan_prices_each_phase_at_its_own_step_time_and_keeps_finished_phases
     assert 576 - 1.2 <= rest <= 576 and abs(early.steps_per_phase[0] - early.steps_per_phase[1]) <= 1
 
 
+def test_off_pace_when_late_or_clearly_early():
+    cal = Calibration(seconds_per_step=[0.2, 1.0], eval_seconds=0.0, save_seconds=0.0, calibration_seconds=0.0,
+                      steps_measured=[4, 4])
+    plan = plan_for_budget(600, elapsed=0, fractions=[0.5, 0.5], calibration=cal, warmup_ratio=0.0, eval_points=1,
+                           save_points=0, margin=0)
+    # At step 500 on schedule (100 s spent): the 500 slow steps left end exactly at 600 s.
+    assert not off_pace(plan, 500, 100, 1.0)
+    assert off_pace(plan, 500, 100, 1.05)  # 5% slower: 625 s
+    assert not off_pace(plan, 500, 100, 0.985)  # 1.5% faster: within the tolerance
+    assert off_pace(plan, 500, 100, 0.8)  # phase 2 faster than calibrated: ends at 500 s
+    # Re-planned at that pace, the rest fills the budget again: phase 2 grows.
+    grown = replan(plan, 500, 100, 0.8, eval_points_left=0, saves_left=0, margin=0)
+    assert grown.steps_per_phase == [500, 625] and not off_pace(grown, 500, 100, 0.8)
+
+
 class SlowSource(ToySource):
     """Every batch costs `delay` seconds more, so that a tiny model's step time is stable."""
 
@@ -208,8 +223,9 @@ class SlowSource(ToySource):
 
 
 def _budget_args(out, **kw):
+    kw.setdefault("time_budget", 6.0)
     return TrainArgs(output_dir=str(out), learning_rate=1e-3, warmup_ratio=0.1, precision="fp32", logging_steps=1,
-                     progress=False, time_budget=6.0, seed=3, **kw)
+                     progress=False, seed=3, **kw)
 
 
 def test_budgeted_run_ends_on_time_with_the_schedule_at_zero(tmp_path):
