@@ -168,6 +168,10 @@ def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left
             high = middle - 1
     steps = layout(low)
     total = sum(steps)
+    if plan.replanned_at is not None:
+        # Later re-plans (off pace, at an evaluation) keep the evaluation and checkpoint grid: a new
+        # grid would skip the evaluation due at this very step and scatter the rest of the curve.
+        return dataclasses.replace(plan, steps_per_phase=steps, replanned_at=step)
     eval_points = eval_points_left + 1
     return dataclasses.replace(plan, steps_per_phase=steps,
                                eval_steps=max(1, math.ceil(total / eval_points)) if plan.eval_steps else 0,

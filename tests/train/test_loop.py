@@ -205,6 +205,9 @@ def test_off_pace_when_late_or_clearly_early():
     # Re-planned at that pace, the rest fills the budget again: phase 2 grows.
     grown = replan(plan, 500, 100, 0.8, eval_points_left=0, saves_left=0, margin=0)
     assert grown.steps_per_phase == [500, 625] and not off_pace(grown, 500, 100, 0.8)
+    # A later re-plan keeps the evaluation grid, so the evaluation due at its step still runs.
+    again = replan(grown, 700, 260, 1.1, eval_points_left=0, saves_left=0, margin=0)
+    assert again.replanned_at == 700 and (again.eval_steps, again.save_steps) == (grown.eval_steps, grown.save_steps)
 
 
 class SlowSource(ToySource):
