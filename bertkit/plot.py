@@ -55,7 +55,7 @@ WALL_CLOCK_FIGURE = ("heldout_vs_time.png", [("mlm_accuracy", "held-out MLM acc.
 
 
 def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: str | None = None) -> list[Path]:
-    import matplotlib
+    import matplotlib  # heavy (about a second to import): only `bertkit plot` and reproduce's curves need it
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ from .outputs import atomic_write
 from .inference import InferenceEngine
 from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
                         token_entities)
+
+log = logging.getLogger("bertkit")
 
 CHUNK = 1024  # inputs read, predicted and written together
 
@@ -340,7 +343,7 @@ def _command(task: str):
                 raise BertkitError("--top-k must be at least 1")
             count = predict_file(task, args.model, args.input, args.output, args, args.input_format,
                                  args.output_format, args.device, args.precision)
-            print(f"predict {task}: {count} inputs -> {args.output}", file=sys.stderr)
+            log.info(f"predict {task}: {count} inputs -> {args.output}")
             return 0
 
     Command.__doc__ = f"predict {task} for new text (text / CSV / TSV / JSONL in, JSONL / TSV out)"

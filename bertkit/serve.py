@@ -471,7 +471,7 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
           max_client_batch_size: int = 32, max_batch_tokens: int = 16384, device: str = "auto",
           precision: str = "auto", model_id: str | None = None) -> int:
     """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown."""
-    import uvicorn
+    import uvicorn  # the server only: importing bertkit.serve for its Server class (tests, apps) needs none
 
     engine = InferenceEngine(model_dir, device, precision, max_batch_tokens)
     server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id)
