@@ -50,10 +50,24 @@ def machine_description() -> dict:
         elif key == "Flags":
             flags = set(value.split())
             info["isa"] = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni"})
-    from bertkit.device import bf16_supported
+    from bertkit.device import bf16_supported, cpu_features
+    from bertkit.kernels import options
 
+    features = cpu_features()
     info["bf16_supported"] = bf16_supported(torch.device("cpu"))
+    info["cpu_class"] = features.cpu_class
+    info["cpu_vendor"] = features.vendor
+    info["emulation"] = emulation()
+    info["default_speed_options"] = {"onednn_linear": options.onednn_linear}
     return info
+
+
+EMULATION_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def emulation() -> str:
+    """The instruction-set caps in force ("" when none): a CPU class emulated on a larger CPU."""
+    return " ".join(f"{name}={os.environ[name]}" for name in EMULATION_VARIABLES if os.environ.get(name))
 
 
 def matmul_peak(size: int = 2048, repeats: int = 7) -> dict[str, float]:
