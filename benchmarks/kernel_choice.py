@@ -177,21 +177,26 @@ def main(argv=None) -> int:
           f"{machine['torch_threads']} threads, load {machine['load_average_at_start']}", flush=True)
     rows = []
     names = [n.strip() for n in args.variants.split(",")] if args.variants else None
+
+    def save():  # after every case, so that a run cut short keeps what it measured
+        result = {"machine": machine, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                  "minutes": round((time.time() - started) / 60, 1), "rows": rows,
+                  "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
+        if args.output:
+            out = Path(args.output)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=1) + "\n")
+            out.with_suffix(".md").write_text(markdown(result))
+        return result
+
     for size in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         if "train" in args.cases:
             rows += training_rows(size, args.rounds, lambda line: print(line, flush=True), names)
+            save()
         if "infer" in args.cases:
             rows += inference_rows(size, args.rounds + 1, lambda line: print(line, flush=True), names)
-    result = {"machine": machine, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "minutes": round((time.time() - started) / 60, 1), "rows": rows,
-              "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
-    text = markdown(result)
-    print(text)
-    if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
-        out.with_suffix(".md").write_text(text)
+            save()
+    print(markdown(save()))
     return 0
 
 
