@@ -41,6 +41,7 @@ from starlette.routing import Route
 from . import __version__
 from .errors import BertkitError
 from .inference import InferenceEngine, release_free_memory
+from .kernels.int8 import QUANTIZE_CHOICES
 from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
                         token_entities)
 
@@ -398,7 +399,7 @@ class Server:
             model_type = {"embedding": {"pooling": (engine.pooling.mode if engine.pooling else "mean")}}
         else:
             model_type = {engine.task.replace("-", "_"): {}}
-        return {"model_id": self.model_id, "model_sha": None, "model_dtype": engine.precision,
+        return {"model_id": self.model_id, "model_sha": None, "model_dtype": "int8" if engine.quantize == "int8" else engine.precision,
                 "model_type": model_type, "architecture": type(engine.model).__name__, "task": engine.task,
                 "max_concurrent_requests": self.max_concurrent_requests, "max_input_length": engine.max_length,
                 "max_batch_tokens": self.max_batch_tokens, "max_batch_requests": engine.max_batch_size,
@@ -469,11 +470,11 @@ def _is_pair(item) -> bool:
 
 def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurrent_requests: int = 512,
           max_client_batch_size: int = 32, max_batch_tokens: int = 16384, device: str = "auto",
-          precision: str = "auto", model_id: str | None = None) -> int:
+          precision: str = "auto", model_id: str | None = None, quantize: str = "none") -> int:
     """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown."""
     import uvicorn  # the server only: importing bertkit.serve for its Server class (tests, apps) needs none
 
-    engine = InferenceEngine(model_dir, device, precision, max_batch_tokens)
+    engine = InferenceEngine(model_dir, device, precision, max_batch_tokens, quantize=quantize)
     server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id)
     config = uvicorn.Config(server.app(), host=host, port=port, log_level="warning", lifespan="on")
     # uvicorn re-raises the signal it caught once it has shut down; with this handler in place the
@@ -495,6 +496,8 @@ def add_arguments(parser) -> None:
                         help="padded tokens per forward pass (default 16384)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
+                        help="int8: the encoder's Linear layers in dynamic int8 (CPU)")
     parser.add_argument("--model-id", default=None, help="name reported by GET /info (default: the folder)")
 
 
@@ -502,4 +505,4 @@ def run_from_args(args) -> int:
     if args.max_concurrent_requests < 1 or args.max_client_batch_size < 1 or args.max_batch_tokens < 1:
         raise BertkitError("--max-concurrent-requests, --max-client-batch-size and --max-batch-tokens must be positive")
     return serve(args.model, args.host, args.port, args.max_concurrent_requests, args.max_client_batch_size,
-                 args.max_batch_tokens, args.device, args.precision, args.model_id)
+                 args.max_batch_tokens, args.device, args.precision, args.model_id, args.quantize)
