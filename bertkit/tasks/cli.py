@@ -6,7 +6,11 @@ import importlib
 
 # task -> module providing add_<verb>_arguments(parser) and run_<verb>(args)
 FINETUNE = {"glue": "bertkit.tasks.glue", "swag": "bertkit.tasks.multiple_choice",
-            "squad": "bertkit.tasks.squad", "ner": "bertkit.tasks.ner"}
+            "squad": "bertkit.tasks.squad", "ner": "bertkit.tasks.ner",
+            # the user's own files (bertkit/tasks/custom.py), named as `bertkit predict` names the tasks
+            **{task: f"bertkit.tasks.custom:{task}" for task in ("text-classification", "token-classification",
+                                                                 "multiple-choice")},
+            "question-answering": "bertkit.tasks.squad"}  # SQuAD-format JSON of one's own
 PREDICT = {"squad": "bertkit.tasks.squad",
            # new text with any fine-tuned head (bertkit/predict.py): module:COMMANDS key
            **{task: f"bertkit.predict:{task}" for task in ("text-classification", "token-classification",

@@ -23,7 +23,8 @@ from ..outputs import write_json
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
-                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
+                     predict_precision, publish_best_metrics, results_document, run_protocol, subsample, sweep_options,
+                     write_predictions)
 
 ENDING_PREFIX = "ending"
 
@@ -165,18 +166,21 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                              max_seq_length: int = 128, max_train_examples: int | None = None,
                              precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                              eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                             dropout: float | None = 0.1, log: Callable[[str], None] | None = print) -> dict:
+                             dropout: float | None = 0.1, log: Callable[[str], None] | None = print,
+                             logging_steps: int = 10, eval_steps: int = 0,
+                             reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> dict:
     """Fine-tune BertForMultipleChoice with the paper's protocol; returns the results.json content.
 
     Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev.
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
-    given) and model/ (the best run, Hugging Face layout)."""
+    given), model/ (the best run, Hugging Face layout) and metrics.jsonl (the best run's; every
+    run's in runs/<run>/). `reader(path, skip_bad_rows)` reads each file (default: SWAG's layout)."""
     from ..heads import BertForMultipleChoice
 
     log = log or (lambda message: None)
-    train = read_swag_file(train_file, skip_bad_rows)
+    train = reader(train_file, skip_bad_rows)
     if dev_file is not None:
-        dev = read_swag_file(dev_file, skip_bad_rows)
+        dev = reader(dev_file, skip_bad_rows)
     elif dev_fraction:
         train, dev = split_dev(train, dev_fraction, split_seed)
     else:
@@ -185,7 +189,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
         unlabelled = [e for e in split if e.label is None]
         if unlabelled:
             raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
-    test = read_swag_file(test_file, skip_bad_rows) if test_file is not None else None
+    test = reader(test_file, skip_bad_rows) if test_file is not None else None
 
     tokenizer = model_tokenizer(model_dir)
     train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
@@ -212,10 +216,12 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     skipped = {"train": len(train.skipped), "dev": len(dev.skipped), "test": len(test.skipped) if test else 0}
     if any(skipped.values()):
         log(f"{name}: skipped malformed rows: {skipped}")
+    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
     best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m["accuracy"],
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name, log=log)
-    results = results_document("swag", best, runs, {
+                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name, log=log,
+                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps)
+    results = results_document(task_name, best, runs, {
         "train_file": str(train_file), "dev_file": str(dev_file) if dev_file else None,
         "dev_fraction": None if dev_file else dev_fraction, "split_seed": None if dev_file else split_seed,
         "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
@@ -233,6 +239,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             if all(e.label is not None for e in test):  # a labelled test file: score it too
                 results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
         model.save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(runs_dir, best, out)
         write_json(out / "results.json", results)
         log(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
     return results
