@@ -143,8 +143,8 @@ def test_bad_requests_get_a_4xx_json_error(classifier_server, raw, status, fragm
 
 def test_bodies_over_the_limit_get_413_and_a_json_error(classifier_server):
     port = classifier_server
-    under = json.dumps({"inputs": ["ok " * 300]}).encode()  # 912 bytes: within --max-body-bytes 4096
-    over = json.dumps({"inputs": ["word " * 1000]}).encode()  # 5,015 bytes
+    under = json.dumps({"inputs": ["ok " * 300], "truncate": True}).encode()  # 934 bytes: within --max-body-bytes 4096
+    over = json.dumps({"inputs": ["word " * 1000], "truncate": True}).encode()  # 5,034 bytes
     assert request(port, "/predict", raw=under)[0] == 200
     status, body = request(port, "/predict", raw=over)  # Content-Length says it: refused before reading
     assert status == 413 and body["error_type"] == "payload_too_large" and "limit of 4096 bytes" in body["error"]
