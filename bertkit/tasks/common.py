@@ -226,7 +226,7 @@ def predict_precision(model, precision: str) -> str:
 
 def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
               warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
-              output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 10,
+              output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
               eval_steps: int = 0):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
     warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
@@ -260,7 +260,7 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
                  evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
                  log: Callable[[str], None] | None = print, train: Callable | None = None,
-                 runs_dir: str | Path | None = None, logging_steps: int = 10, eval_steps: int = 0):
+                 runs_dir: str | Path | None = None, logging_steps: int = 50, eval_steps: int = 0):
     """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
 
     `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
@@ -368,8 +368,8 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip malformed data rows (and report how many) instead of stopping at the first")
-    parser.add_argument("--logging-steps", type=flags.positive_int, default=10,
-                        help="training loss to runs/<run>/metrics.jsonl every N steps (default 10)")
+    parser.add_argument("--logging-steps", type=flags.positive_int, default=50,
+                        help="training loss to runs/<run>/metrics.jsonl every N steps (default 50, as ner and squad)")
     parser.add_argument("--eval-steps", type=flags.non_negative_int, default=0,
                         help="dev metrics to metrics.jsonl every N steps as well as at the end (default 0: at the end)")
 

@@ -55,7 +55,7 @@ def finetune_text_classification(model_dir, train_file, dev_file, output_dir=Non
                                  seeds=(42,), max_seq_length: int = 128, max_train_examples: int | None = None,
                                  precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                                  eval_batch_size: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                                 dropout: float | None = 0.1, logging_steps: int = 10, eval_steps: int = 0,
+                                 dropout: float | None = 0.1, logging_steps: int = 50, eval_steps: int = 0,
                                  log: Callable[[str], None] | None = print) -> dict:
     """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files with GLUE's
     protocol; returns the results.json content.

@@ -288,7 +288,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                   max_seq_length: int = 128, max_train_examples: int | None = None, precision: str = "auto",
                   device: str = "auto", skip_bad_rows: bool = False, eval_batch_size: int = 128,
                   warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = 0.1,
-                  log: Callable[[str], None] | None = print, logging_steps: int = 10, eval_steps: int = 0) -> dict:
+                  log: Callable[[str], None] | None = print, logging_steps: int = 50, eval_steps: int = 0) -> dict:
     """Fine-tune on one GLUE task with the paper's protocol; returns the results.json content.
 
     Every (learning rate, epochs, batch size, seed) combination is one run; the best dev task score

@@ -167,7 +167,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                              precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                              eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                              dropout: float | None = 0.1, log: Callable[[str], None] | None = print,
-                             logging_steps: int = 10, eval_steps: int = 0,
+                             logging_steps: int = 50, eval_steps: int = 0,
                              reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> dict:
     """Fine-tune BertForMultipleChoice with the paper's protocol; returns the results.json content.
 
