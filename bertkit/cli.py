@@ -21,7 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenize": ("bertkit.tokenizer_cli:tokenize", "tokenize stdin lines into ids or WordPiece tokens"),
     "create-pretraining-data": ("bertkit.pretraining.create", "corpus -> MLM/NSP instances (sharded arrays)"),
     "pretrain": ("bertkit.pretraining.run", "pre-train with MLM + NSP (or the paper's ablations)"),
-    "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner"),
+    "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner, or your own files: text-classification | "
+                                                 "token-classification | question-answering | multiple-choice"),
     "predict": ("bertkit.tasks.cli:predict", "predict new text with any head (or a SQuAD file: predict squad)"),
     "serve": ("bertkit.serve", "HTTP JSON API (text-embeddings-inference routes) with dynamic batching"),
     "export": ("bertkit.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),

@@ -19,8 +19,6 @@ from bertkit.kernels.int8 import Int8Linear, quantize_int8
 from bertkit.model import BertModel
 from bertkit.tokenizer import BertTokenizer
 
-from tiny_models import save_tiny_task_model
-
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [w for w in "good bad movie plot the a was very great awful".split()]
 
 
@@ -70,12 +68,12 @@ def test_quantised_encoder_is_close_to_fp32_and_keeps_unpadding():
 
 
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory):
+def classifier(tiny_model, tmp_path_factory):
     directory = tmp_path_factory.mktemp("int8")
     (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n")
     tokenizer = BertTokenizer(str(directory / "vocab.txt"))
-    return save_tiny_task_model(BertForSequenceClassification, tokenizer, directory, num_labels=2,
-                                id2label={0: "NEGATIVE", 1: "POSITIVE"})
+    return tiny_model(BertForSequenceClassification, directory, tokenizer=tokenizer, num_labels=2,
+                      id2label={0: "NEGATIVE", 1: "POSITIVE"})
 
 
 def test_int8_pipeline_scores_close_to_fp32(classifier):

@@ -8,8 +8,8 @@ from .registry import TASKS
 
 
 def _made_by(pipeline: str) -> str:
-    tasks = [t.name for t in TASKS.values() if t.pipeline == pipeline]
-    return f" (models from `bertkit finetune {tasks[0]}`)" if tasks else ""
+    tasks = [f"`bertkit finetune {t.name}`" for t in TASKS.values() if t.pipeline == pipeline]
+    return f" (models from {' or '.join(tasks)})" if tasks else ""
 
 
 def _verb(verb: str):

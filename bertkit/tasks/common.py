@@ -1,8 +1,8 @@
 """What every fine-tuning task shares, and the surface each task module offers.
 
-Every task module in bertkit/tasks/ (glue, multiple_choice, squad, ner) tells its story with the
-same steps: `read` (the official files -> examples), `featurize` (examples -> model inputs), `HEAD`
-(the model class), `postprocess` (model outputs -> predictions), `score` (predictions -> the task's
+Every task module in bertkit/tasks/ (glue, multiple_choice, squad, ner; the classes of custom)
+tells its story with the same steps: `read` (the official files -> examples), `featurize`
+(examples -> model inputs), `HEAD` (the model class), `postprocess` (model outputs -> predictions), `score` (predictions -> the task's
 official metrics), and offers `finetune(...) -> TaskResult`, plus the `bertkit finetune|predict|
 evaluate` arguments. `TaskResult` is the one result shape; `BENCHMARKS` lists the data sets the
 task runs in `bertkit reproduce`. tasks/registry.py lists the task modules.
@@ -217,25 +217,46 @@ def predict_precision(model, precision: str) -> str:
 
 
 def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
-              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0):
+              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
+              output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
+              eval_steps: int = 0):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
-    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0."""
+    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
+    With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
+    `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`."""
     source = FeatureSource(features, int(config["batch_size"]), seed=int(config["seed"]), pad_token_id=pad_token_id)
-    args = TrainArgs(output_dir=None, learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio,
+    args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),
+                     learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio,
                      weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
-                     logging_steps=10**9, save_final_model=False)
-    return fit(model, Phase(source, epochs=config["epochs"]), args)
+                     logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
+                     save_final_model=False)
+    return fit(model, Phase(source, epochs=config["epochs"]), args, evaluate=evaluate)
+
+
+def run_name(config: dict) -> str:
+    """The folder name of one run of a sweep: lr5e-05_ep3_bs32_seed42."""
+    return f"lr{config['learning_rate']:g}_ep{config['epochs']:g}_bs{config['batch_size']}_seed{config['seed']}"
+
+
+def publish_best_metrics(runs_dir: str | Path, best: RunResult, output_dir: str | Path) -> None:
+    """The best run's metrics.jsonl, copied beside the model (`bertkit plot OUTPUT` draws it); every
+    run's own stays in runs_dir/<run_name>/."""
+    source = Path(runs_dir) / run_name(best.config) / "metrics.jsonl"
+    if source.is_file():
+        atomic_write_text(Path(output_dir) / "metrics.jsonl", source.read_text(encoding="utf-8"))
 
 
 def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module], train_features: list[dict],
                  evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
-                 train: Callable | None = None):
+                 train: Callable | None = None, runs_dir: str | Path | None = None, logging_steps: int = 50,
+                 eval_steps: int = 0):
     """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
 
     `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
     differ in head initialisation as well as in shuffling); `evaluate(model) -> (metrics, outputs)`;
-    the best run keeps (model, outputs) as its artifacts. Logs one line per finished run."""
+    the best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
+    runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics)."""
     if not configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
     train = train or train_one
@@ -244,9 +265,18 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
         start = time.perf_counter()
         set_seed(int(config["seed"]))
         model = build_model()
+        evaluated = []
+
+        def evaluate_in_loop(model) -> dict:  # the loop's last evaluation is the run's dev result
+            evaluated[:] = [evaluate(model)]
+            return {k: v for k, v in evaluated[0][0].items() if isinstance(v, (int, float))}
+
+        logged = {} if runs_dir is None else dict(output_dir=Path(runs_dir) / run_name(config),
+                                                  evaluate=evaluate_in_loop, logging_steps=logging_steps,
+                                                  eval_steps=eval_steps)
         train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
-              weight_decay=weight_decay, pad_token_id=pad_token_id)
-        metrics, outputs = evaluate(model)
+              weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
+        metrics, outputs = evaluated[0] if evaluated else evaluate(model)
         return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)),
                          seconds=time.perf_counter() - start, artifacts=(model, outputs))
 
@@ -346,6 +376,10 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip malformed data rows (and report how many) instead of stopping at the first")
+    parser.add_argument("--logging-steps", type=flags.positive_int, default=50,
+                        help="training loss to runs/<run>/metrics.jsonl every N steps (default 50, as ner and squad)")
+    parser.add_argument("--eval-steps", type=flags.non_negative_int, default=0,
+                        help="dev metrics to metrics.jsonl every N steps as well as at the end (default 0: at the end)")
 
 
 def sweep_options(args) -> dict:
@@ -353,4 +387,5 @@ def sweep_options(args) -> dict:
                 batch_sizes=parse_list(args.batch_size, int), seeds=parse_list(args.seed, int),
                 max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
                 precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
-                eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay)
+                eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+                logging_steps=args.logging_steps, eval_steps=args.eval_steps)

@@ -168,14 +168,23 @@ def to_iob1(tags: Sequence[str]) -> list[str]:
 
 
 def to_scheme(tags: Sequence[str], scheme: str) -> list[str]:
-    return to_iob1(tags) if scheme == "IOB1" else to_iob2(tags)
+    """Tags in IOB1 or IOB2; any other scheme (IOBES, a tag set without chunks) is left as it is."""
+    if scheme == "IOB1":
+        return to_iob1(tags)
+    return to_iob2(tags) if scheme == "IOB2" else list(tags)
 
 
 def label_list(tag_sequences: Sequence[Sequence[str]]) -> list[str]:
-    """'O' first, then B-/I- per type in alphabetical order of type."""
+    """'O' first, then B-/I- (E-/S-) per type in alphabetical order of type; a tag without such a
+    prefix (a tag set without chunks, e.g. part of speech) sorts as its own type."""
     found = {t for tags in tag_sequences for t in tags}
     found.add("O")
-    return sorted(found, key=lambda t: (t != "O", _type(t) or "", t[:1]))
+
+    def key(tag):
+        prefixed = len(tag) > 2 and tag[1] == "-" and tag[0] in "BIES"
+        return (tag != "O", tag[2:] if prefixed else tag, tag[0] if prefixed else "")
+
+    return sorted(found, key=key)
 
 
 # ---------------------------------------------------------------- windows

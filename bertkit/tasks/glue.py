@@ -35,8 +35,8 @@ from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metri
 from ..outputs import atomic_write_text, write_json
 from .common import (BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_data_dir_argument,
                      add_sweep_arguments, check_finetune_output, config_text, grid, predict_precision,
-                     resolve_data_dir, results_document, run_protocol, subsample, sweep_options,
-                     write_predictions)
+                     publish_best_metrics, resolve_data_dir, results_document, run_protocol, subsample,
+                     sweep_options, write_predictions)
 
 log = logging.getLogger("bertkit")
 
@@ -287,21 +287,23 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                   learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(3,), batch_sizes=(32,), seeds=(42,),
                   max_seq_length: int = 128, max_train_examples: int | None = None, precision: str = "auto",
                   device: str = "auto", skip_bad_rows: bool = False, eval_batch_size: int = 128,
-                  warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                  dropout: float | None = 0.1) -> TaskResult:
+                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = 0.1,
+                  logging_steps: int = 50, eval_steps: int = 0) -> TaskResult:
     """Fine-tune on one GLUE task with the paper's protocol; the TaskResult's document is results.json.
 
     Every (learning rate, epochs, batch size, seed) combination is one run; the best dev task score
     wins (MNLI: matched accuracy), as in the paper. `task` may also be 'all' or a list of tasks:
     see `finetune_glue_tasks`. With `output_dir`, writes OUTPUT/<Task>/ (results.json,
-    dev_predictions.tsv, the GLUE submission files, model/).
+    dev_predictions.tsv, the GLUE submission files, model/, the best run's metrics.jsonl, and every
+    run's in runs/<run>/).
     """
     if isinstance(task, (list, tuple)) or str(task).lower() == "all" or "," in str(task):
         return finetune_glue_tasks(task, model_dir, data_dir, output_dir, learning_rates=learning_rates,
                                    epochs=epochs, batch_sizes=batch_sizes, seeds=seeds, max_seq_length=max_seq_length,
                                    max_train_examples=max_train_examples, precision=precision, device=device,
                                    skip_bad_rows=skip_bad_rows, eval_batch_size=eval_batch_size,
-                                   warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout)
+                                   warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout,
+                                   logging_steps=logging_steps, eval_steps=eval_steps)
     spec = glue_task(task)
     if spec.name == "ax":
         raise BertkitError("AX has no training data: it is predicted with the MNLI model (--task mnli)")
@@ -354,11 +356,13 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         if examples.skipped:
             log.warning(f"{spec.folder}: skipped {len(examples.skipped)} malformed {name} row(s), "
                 f"first: {examples.skipped[0]}")
+    runs_dir = None if output_dir is None else Path(output_dir) / spec.folder / "runs"
     best, runs = run_protocol(configs, build_model, train_features, evaluate,
                               score=lambda metrics: task_score(spec.name, metrics),
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id,
-                              label=spec.folder)
+                              label=spec.folder, runs_dir=runs_dir, logging_steps=logging_steps,
+                              eval_steps=eval_steps)
     results = results_document(spec.folder, best, runs, {
         "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
         "max_seq_length": max_seq_length,
@@ -380,6 +384,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         results["submission_files"] = write_submission(spec, model, tokenizer, data_dir, out, test,
                                                        max_seq_length, eval_batch_size, precision, skip_bad_rows)
         model.save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(runs_dir, best, out)
         write_json(out / "results.json", results)
         result.output_dir, result.model_dir = str(out), str(out / "model")
         log.info(f"{spec.folder}: best run {config_text(best.config)} (dev {100 * best.score:.2f}); wrote {out}")

@@ -21,7 +21,7 @@ import json
 import logging
 import random
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -33,8 +33,8 @@ from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from ..outputs import write_json
 from .common import (BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_sweep_arguments,
-                     check_finetune_output, config_text, grid, predict_precision, results_document, run_protocol,
-                     subsample, sweep_options, write_predictions)
+                     check_finetune_output, config_text, grid, predict_precision, publish_best_metrics,
+                     results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 log = logging.getLogger("bertkit")
 
@@ -178,15 +178,17 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                              max_seq_length: int = 128, max_train_examples: int | None = None,
                              precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                              eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                             dropout: float | None = 0.1) -> TaskResult:
+                             dropout: float | None = 0.1, logging_steps: int = 50, eval_steps: int = 0,
+                             reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> TaskResult:
     """Fine-tune BertForMultipleChoice with the paper's protocol; the TaskResult's document is results.json.
 
     Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev.
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
-    given) and model/ (the best run, Hugging Face layout)."""
-    train = read_swag_file(train_file, skip_bad_rows)
+    given), model/ (the best run, Hugging Face layout) and metrics.jsonl (the best run's; every
+    run's in runs/<run>/). `reader(path, skip_bad_rows)` reads each file (default: SWAG's layout)."""
+    train = reader(train_file, skip_bad_rows)
     if dev_file is not None:
-        dev = read_swag_file(dev_file, skip_bad_rows)
+        dev = reader(dev_file, skip_bad_rows)
     elif dev_fraction:
         train, dev = split_dev(train, dev_fraction, split_seed)
     else:
@@ -195,7 +197,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
         unlabelled = [e for e in split if e.label is None]
         if unlabelled:
             raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
-    test = read_swag_file(test_file, skip_bad_rows) if test_file is not None else None
+    test = reader(test_file, skip_bad_rows) if test_file is not None else None
 
     tokenizer = model_tokenizer(model_dir)
     train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
@@ -222,15 +224,17 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     skipped = {"train": len(train.skipped), "dev": len(dev.skipped), "test": len(test.skipped) if test else 0}
     if any(skipped.values()):
         log.warning(f"{name}: skipped malformed rows: {skipped}")
+    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
     best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m["accuracy"],
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name)
-    results = results_document("swag", best, runs, {
+                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
+                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps)
+    results = results_document(task_name, best, runs, {
         "train_file": str(train_file), "dev_file": str(dev_file) if dev_file else None,
         "dev_fraction": None if dev_file else dev_fraction, "split_seed": None if dev_file else split_seed,
         "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
         "max_seq_length": max_seq_length, "skipped_rows": skipped, "selection": "best dev accuracy"})
-    result = TaskResult(task="swag", metric="accuracy", metrics=best.metrics,
+    result = TaskResult(task=task_name, metric="accuracy", metrics=best.metrics,
                         run_metrics=[r.metrics for r in runs], document=results)
     if output_dir is not None:
         out = Path(output_dir)
@@ -244,6 +248,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             if all(e.label is not None for e in test):  # a labelled test file: score it too
                 results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
         model.save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(runs_dir, best, out)
         write_json(out / "results.json", results)
         result.output_dir, result.model_dir = str(out), str(out / "model")
         log.info(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")

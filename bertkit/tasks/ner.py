@@ -38,7 +38,7 @@ from ..outputs import write_json
 from ..train import Phase, TrainArgs, fit
 from .common import (MIN_SEQ_LENGTH, Benchmark, BenchmarkSettings, RunResult, TaskResult, add_data_dir_argument,
                      add_max_examples_arguments, add_overwrite_argument, check_finetune_output, grid, parse_list,
-                     run_sweep, subsample, summarize)
+                     publish_best_metrics, run_name, run_sweep, subsample, summarize)
 from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
                          read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
 from .ner_features import train_feature_based_ner
@@ -91,18 +91,26 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  doc_context: bool = False, precision: str = "auto", device: str = "auto",
                  max_train_examples: int | None = None, max_eval_examples: int | None = None,
                  tag_scheme: str = "file", cased: bool | None = None, warmup_ratio: float = 0.1,
-                 eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None) -> TaskResult:
+                 eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
+                 data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
+                 logging_steps: int = 50) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
-    Writes to output_dir (when given): results.json, dev_predictions.txt, test_predictions.txt,
-    model/ (the best model in the Hugging Face layout, id2label in config.json, with its tokenizer),
-    and runs/<name>/metrics.jsonl per run. `max_train_examples` / `max_eval_examples` keep the
-    first N sentences. The TaskResult's document is results.json."""
+    `data` ({"train", "valid"[, "test"]: ConllData}) replaces the files of data_dir (a user's own
+    files, bertkit.tasks.custom); `select_on` is the dev score that picks the best run ("f1", or
+    "accuracy" for a tag set without chunks). Writes to output_dir (when given): results.json,
+    dev_predictions.txt, test_predictions.txt, model/ (the best model in the Hugging Face layout,
+    id2label in config.json, with its tokenizer), runs/<name>/metrics.jsonl per run and the best
+    run's metrics.jsonl in output_dir. `max_train_examples` / `max_eval_examples` keep the first N
+    sentences. The TaskResult's document is results.json."""
     if tag_scheme not in TAG_SCHEMES:
         raise BertkitError(f"tag_scheme must be one of {', '.join(TAG_SCHEMES)}, not {tag_scheme!r}")
-    files = find_conll_files(data_dir)
-    data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
+    if data is None:
+        files = find_conll_files(data_dir)
+        data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
+    else:
+        files = {split: d.path for split, d in data.items()}
     tokenizer = load_tokenizer(model_dir, cased)
     train_sentences = _limit(data["train"], max_train_examples)
     eval_sets = {split: _limit(data[split], max_eval_examples) for split in ("valid", "test") if split in data}
@@ -127,15 +135,15 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         return evaluate_conll([s.tags for s in sents], predicted), predicted
 
     def run_one(config: dict) -> RunResult:
-        name = f"lr{config['learning_rate']:g}_ep{config['epochs']:g}_bs{config['batch_size']}_seed{config['seed']}"
+        name = run_name(config)
         started = time.perf_counter()
         torch.manual_seed(config["seed"])  # the new head's initialisation differs per restart
         model = HEAD.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label)
         source = FeatureSource(train_features, config["batch_size"], seed=config["seed"], model_keys=MODEL_KEYS,
                                pad_token_id=tokenizer.pad_token_id)
         args = TrainArgs(output_dir=str(out / "runs" / name) if out else None, learning_rate=config["learning_rate"],
-                         warmup_ratio=warmup_ratio, precision=precision, device=device, seed=config["seed"],
-                         save_final_model=False, progress=progress)
+                         warmup_ratio=warmup_ratio, weight_decay=weight_decay, precision=precision, device=device,
+                         seed=config["seed"], logging_steps=logging_steps, save_final_model=False, progress=progress)
         train = fit(model, Phase(source, epochs=config["epochs"], name="ner"), args)
         scores, predictions = {}, {}
         for split in eval_sets:
@@ -145,7 +153,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         metrics["train_seq_per_s"] = train.sequences_per_second
         log.info(f"ner {name}: dev F1 {scores['valid']['f1']:.4f}"  # one line per finished run, like the other tasks
                  + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""))
-        return RunResult(config, metrics, scores["valid"]["f1"], time.perf_counter() - started,
+        return RunResult(config, metrics, scores["valid"][select_on], time.perf_counter() - started,
                          artifacts={"model": model, "scores": scores, "predictions": predictions})
 
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
@@ -154,6 +162,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     results = {
         "task": "ner",
         "model": str(model_dir),
+        "selection": f"best dev {select_on}",
         "files": {split: str(path) for split, path in files.items()},
         "tag_scheme": {"file": file_scheme, "training": "IOB2" if convert else file_scheme},
         "labels": labels,
@@ -176,6 +185,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         best.artifacts["model"].save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(out / "runs", best, out)
         for split, name in (("valid", "dev_predictions.txt"), ("test", "test_predictions.txt")):
             if split in eval_sets:
                 write_predictions(out / name, eval_sets[split], best.artifacts["predictions"][split])
