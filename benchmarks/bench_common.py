@@ -50,20 +50,38 @@ def machine_description() -> dict:
         elif key == "Flags":
             flags = set(value.split())
             info["isa"] = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni"})
-    from bertkit.device import bf16_supported
+    from bertkit.device import bf16_supported, cpu_features
+    from bertkit.kernels import options
 
+    features = cpu_features()
     info["bf16_supported"] = bf16_supported(torch.device("cpu"))
+    info["cpu_class"] = features.cpu_class
+    info["cpu_vendor"] = features.vendor
+    info["emulation"] = emulation()
+    info["default_speed_options"] = {"onednn_linear": options.onednn_linear}
     return info
+
+
+EMULATION_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def emulation() -> str:
+    """The instruction-set caps in force ("" when none): a CPU class emulated on a larger CPU."""
+    return " ".join(f"{name}={os.environ[name]}" for name in EMULATION_VARIABLES if os.environ.get(name))
 
 
 def matmul_peak(size: int = 2048, repeats: int = 7) -> dict[str, float]:
     """GFLOP/s of one large square GEMM: torch's default fp32 path, fp32 through oneDNN, and bf16."""
     from bertkit.kernels import _onednn_matmul, onednn_available
 
+    from bertkit.device import cpu_features
+
     a, b = torch.randn(size, size), torch.randn(size, size)
     a16, b16 = a.bfloat16(), b.bfloat16()
     flops = 2 * size**3
-    cases = {"fp32_default": lambda: torch.mm(a, b), "bf16": lambda: torch.mm(a16, b16)}
+    cases = {"fp32_default": lambda: torch.mm(a, b)}
+    if cpu_features().bf16:  # emulated bf16 GEMMs take minutes at this size and mean nothing
+        cases["bf16"] = lambda: torch.mm(a16, b16)
     if onednn_available():
         cases["fp32_onednn"] = lambda: _onednn_matmul(a, b.t())
     times = alternate(cases, warmup=1, repeats=repeats)

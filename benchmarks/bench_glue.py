@@ -34,8 +34,8 @@ def glue_case(data_dir, task: str = "mrpc", max_train_examples: int = 800, epoch
         start = time.perf_counter()
         results = finetune_glue(task, model, data_dir, None, learning_rates=[learning_rate], epochs=[epochs],
                                 batch_sizes=[batch_size], seeds=[1], max_seq_length=128,
-                                max_train_examples=max_train_examples, precision=precision, device="cpu", log=None)
-        return time.perf_counter() - start, results["runs"][0]["score"]
+                                max_train_examples=max_train_examples, precision=precision, device="cpu")
+        return time.perf_counter() - start, results.document["runs"][0]["score"]
 
     def transformers_run():
         scores, seconds = reference.run_transformers_glue(task, args, [1])

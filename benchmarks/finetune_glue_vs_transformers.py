@@ -53,8 +53,8 @@ def run_bertkit_glue(task, args, seeds):
     results = finetune_glue(task, args.model, args.data_dir, None, learning_rates=[args.learning_rate],
                             epochs=[args.epochs], batch_sizes=[args.batch_size], seeds=seeds,
                             max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
-                            precision=args.precision, device=args.device, log=print)
-    return [r["score"] for r in results["runs"]], time.perf_counter() - start
+                            precision=args.precision, device=args.device)
+    return [r["score"] for r in results.document["runs"]], time.perf_counter() - start
 
 
 def run_bertkit_codah(args, seeds):
@@ -65,8 +65,8 @@ def run_bertkit_codah(args, seeds):
     results = finetune_multiple_choice(args.model, codah, dev_fraction=0.2, learning_rates=[args.swag_learning_rate],
                                        epochs=[args.epochs], batch_sizes=[args.swag_batch_size], seeds=seeds,
                                        max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
-                                       precision=args.precision, device=args.device, log=print)
-    return [r["score"] for r in results["runs"]], time.perf_counter() - start
+                                       precision=args.precision, device=args.device)
+    return [r["score"] for r in results.document["runs"]], time.perf_counter() - start
 
 
 def run_transformers_glue(task, args, seeds):

@@ -68,8 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch threads (1 is fastest on a loaded 2-core machine)")
     args = p.parse_args(argv)
 
-    from bertkit.features import train_feature_based_ner
     from bertkit.tasks.ner import finetune_ner
+    from bertkit.tasks.ner_features import train_feature_based_ner
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if args.threads:
@@ -78,13 +78,13 @@ def main(argv=None) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     common = dict(max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
-                  max_train_sentences=args.max_train_sentences, max_eval_sentences=args.max_eval_sentences)
+                  max_train_examples=args.max_train_sentences, max_eval_examples=args.max_eval_sentences)
     report = {"command": " ".join([sys.executable, *sys.argv]), "model": model, "args": vars(args), "rows": {}}
     started = time.perf_counter()
     if not args.skip_finetune:
         t0 = time.perf_counter()
         ft = finetune_ner(model, args.data_dir, out / "finetune", learning_rates=[args.learning_rate],
-                          epochs=[args.epochs], batch_sizes=[args.batch_size], seeds=[args.seed], **common)
+                          epochs=[args.epochs], batch_sizes=[args.batch_size], seeds=[args.seed], **common).document
         report["rows"]["fine-tune"] = {"dev": ft["best"]["dev"], "test": ft["best"]["test"],
                                        "seconds": time.perf_counter() - t0}
         report["sentences"] = ft["sentences"]
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         fb = train_feature_based_ner(model, args.data_dir, out / "feature_based", variants=args.variants.split(","),
                                      lstm_size=args.lstm_size, learning_rate=args.fb_learning_rate,
-                                     epochs=args.fb_epochs, batch_size=args.fb_batch_size, seed=args.seed, **common)
+                                     epochs=args.fb_epochs, batch_size=args.fb_batch_size, seed=args.seed, **common).document
         report["feature_seconds"] = fb["feature_seconds"]
         for variant, entry in fb["variants"].items():
             report["rows"][variant] = {"dev": entry["dev"], "test": entry.get("test"), "seconds": entry["train_seconds"],

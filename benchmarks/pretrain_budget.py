@@ -72,7 +72,7 @@ def prepare(data_dir: Path, work: Path) -> dict:
 
 def run_bertkit(data: dict, work: Path, budget: str, extra: list[str], name: str) -> Path:
     out = work / name
-    cmd = bertkit_cli("pretrain", "--data", str(data["train"]), "--eval-data", str(data["heldout"]),
+    cmd = bertkit_cli("pretrain", "--train-data", str(data["train"]), "--eval-data", str(data["heldout"]),
                       "--eval-batches", str(EVAL_SEQUENCES // 64), "--output", str(out), "--overwrite",
                       "--time-budget", budget, "--logging-steps", "20", "--no-progress", *extra)
     print(" ".join(cmd), file=sys.stderr)

@@ -8,6 +8,13 @@ Cases (--cases, default all):
   e  create-pretraining-data throughput on the shared corpus (2 workers)
   f  end-to-end GLUE fine-tuning wall time (MRPC subset, all-MiniLM-L6-v2)
   g  levers: bertkit against itself with one speed option off (what each option buys)
+  o  offline inference against ONNX Runtime (BERT fusions; fp32, and dynamic int8 on both sides)
+
+Results are kept per CPU class (`bertkit.device.cpu_features().cpu_class`: avx2, avx512,
+avx512-bf16), in benchmarks/results/<class>/results.{md,json}, each recording the machine, its
+flags and any instruction-set caps it was emulated under. `--quick` (under 10 minutes on 2 cores)
+measures the main cases with few rounds into runs/bench-quick and compares each speed-up with
+the table of this machine's class.
 
 Model timings alternate bertkit and transformers in one process, with the same config, weights,
 inputs and optimizer (fused AdamW, transformers Trainer's default), and report medians after
@@ -17,6 +24,8 @@ frameworks, against the matmul peak measured in the same run.
     nice -n 5 .venv/bin/python benchmarks/run_all.py --quick          # a few minutes, runs/bench-quick
     .venv/bin/python benchmarks/run_all.py                             # the committed results
     .venv/bin/python benchmarks/run_all.py --cases a,d --sizes base
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+        .venv/bin/python benchmarks/run_all.py ...     # the avx2 class, emulated on an AVX-512 CPU
 """
 
 from __future__ import annotations
@@ -36,23 +45,30 @@ import torch  # noqa: E402
 
 import bench_common as C  # noqa: E402
 
-ALL_CASES = "abcdefg"
-GOALS = {  # issue 7: on this machine, default settings
-    ("a", "tiny"): 2.0, ("a", "mini"): 2.0, ("a", "base"): 1.3,
-    ("b", "mini"): 1.8, ("b", "base"): 1.8,
+ALL_CASES = "abcdefgo"
+QUICK_CASES = "abco"
+GOALS = {  # issue 17, on every CPU class, default settings: (case, size) -> speed-up wanted
+    ("a", "tiny"): 2.0, ("a", "mini"): 2.5, ("a", "base"): 1.3,
+    ("b", "mini"): 2.0, ("b", "base"): 2.0,
+    ("c", "mini"): 1.3, ("c", "base"): 1.3,
+    ("o", "mini"): 1.0, ("o", "base"): 1.0,
 }
+RESULTS = HERE / "results"
+QUICK_TOLERANCE = 0.85  # a quick speed-up under this share of its class table's is flagged
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--cases", default=",".join(ALL_CASES), help="comma-separated letters, default all")
-    parser.add_argument("--sizes", default="tiny,mini,small,base", help="model sizes for (a); (b), (c), (g) "
-                        "use the ones of mini and base among them")
+    parser.add_argument("--cases", default=None, help=f"comma-separated letters (default all; with --quick "
+                        f"{','.join(QUICK_CASES)})")
+    parser.add_argument("--sizes", default=None, help="model sizes for (a) (default tiny,mini,small,base; with "
+                        "--quick mini,base); (b), (c), (g), (o) use the ones of mini and base among them")
     parser.add_argument("--precisions", default="fp32,bf16")
-    parser.add_argument("--quick", action="store_true", help="fewer timed steps, smaller data cases")
-    parser.add_argument("--output", default=None,
-                        help="results folder (default benchmarks/results, or runs/bench-quick with --quick)")
+    parser.add_argument("--quick", action="store_true", help="fewer timed steps, smaller data cases, and a "
+                        "comparison with the results table of this CPU class")
+    parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>, "
+                        "or runs/bench-quick with --quick)")
     parser.add_argument("--data-dir", default=os.environ.get("BERTKIT_DATA"),
                         help="shared data folder for (e) and (f) (default $BERTKIT_DATA)")
     parser.add_argument("--corpus-fraction", type=float, default=None,
@@ -64,7 +80,12 @@ def parse_args(argv=None):
     parser.add_argument("--no-nice", action="store_true", help="do not lower this process's priority")
     parser.add_argument("--update", action="store_true", help="rerun only --cases and replace their rows in the "
                         "results.json already in --output (the other rows are kept, with their own date)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.cases is None:
+        args.cases = ",".join(QUICK_CASES if args.quick else ALL_CASES)
+    if args.sizes is None:
+        args.sizes = "mini,base" if args.quick else "tiny,mini,small,base"
+    return args
 
 
 def main(argv=None) -> int:
@@ -84,12 +105,15 @@ def main(argv=None) -> int:
     if "bf16" in precisions and not machine["bf16_supported"]:
         print("bf16 is emulated on this CPU (no AVX512-BF16 / AMX): leaving it out", file=sys.stderr)
         precisions.remove("bf16")
-    out = Path(args.output) if args.output else (HERE.parent / "runs" / "bench-quick" if args.quick else HERE / "results")
+    table = RESULTS / machine["cpu_class"]
+    out = Path(args.output) if args.output else (HERE.parent / "runs" / "bench-quick" if args.quick else table)
     needs_data = {"e", "f"} & set(cases)
     if needs_data and not args.data_dir:
         sys.exit(f"cases {', '.join(sorted(needs_data))} need the shared data: pass --data-dir or set BERTKIT_DATA")
 
     started = time.time()
+    print(f"CPU class {machine['cpu_class']}{' (emulated: ' + machine['emulation'] + ')' if machine['emulation'] else ''}"
+          f", default onednn_linear={machine['default_speed_options']['onednn_linear']}", flush=True)
     print(f"machine: {machine['cpu']}, {machine['logical_cpus']} CPUs, torch {machine['torch']}, "
           f"transformers {machine['transformers']}, {machine['torch_threads']} threads, load {machine['load_average_at_start']}",
           flush=True)
@@ -134,6 +158,11 @@ def main(argv=None) -> int:
             examples = args.glue_examples or (200 if args.quick else 400)
             results["rows"].append(glue_case(args.data_dir, "mrpc", max_train_examples=examples,
                                              repeats=1 if args.quick else 2, log=log))
+        elif case == "o":
+            from bench_onnx import onnx_case
+
+            for size in small_set:
+                results["rows"] += onnx_case(size, args.quick, log)
         elif case == "g":
             for size in small_set:
                 for precision in precisions:
@@ -152,7 +181,36 @@ def main(argv=None) -> int:
     (out / "results.md").write_text(report)
     print(report)
     print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
+    if args.quick:
+        print(compare_with_table(results, table / "results.json"))
     return 0
+
+
+def row_key(row: dict) -> tuple:
+    return row["case"][0], row.get("size"), row.get("precision")
+
+
+def compare_with_table(results: dict, table_file: Path) -> str:
+    """Each quick speed-up next to the one in this CPU class's table; a drop below
+    QUICK_TOLERANCE of the table's is flagged (quick rounds are few: a flag asks for a full rerun)."""
+    cls = results["machine"]["cpu_class"]
+    if not table_file.is_file():
+        return (f"No results table for CPU class {cls} yet ({table_file}): run benchmarks/run_all.py "
+                f"(without --quick) to make one.")
+    table = json.loads(table_file.read_text())
+    reference = {row_key(r): r for r in table["rows"] if "speedup" in r}
+    lines = [f"## Quick run against the {cls} table ({table_file}, {table.get('date')}, "
+             f"{table['machine']['cpu']}{', emulated: ' + table['machine']['emulation'] if table['machine'].get('emulation') else ''})",
+             "", "| case | size | precision | quick | table | quick / table |", "|---|---|---|---:|---:|---|"]
+    for r in results["rows"]:
+        ref = reference.get(row_key(r))
+        if ref is None or "speedup" not in r:
+            continue
+        share = r["speedup"] / ref["speedup"]
+        flag = "" if share >= QUICK_TOLERANCE else " **slower than the table**"
+        lines.append(f"| {r['case']} | {r['size']} | {r['precision']} | {r['speedup']:.2f}x | {ref['speedup']:.2f}x | "
+                     f"{share:.2f}{flag} |")
+    return "\n".join(lines) + "\n"
 
 
 def merged(previous: dict, update: dict, cases: list[str]) -> dict:
@@ -205,10 +263,16 @@ def markdown(results: dict) -> str:
              f"Measured matmul peak (2048^3 GEMM, best of start and end of the run): fp32 default (MKL) "
              f"{peak.get('fp32_default', 0):.0f} GFLOP/s, fp32 oneDNN {peak.get('fp32_onednn', 0):.0f}, "
              f"bf16 {peak.get('bf16', 0):.0f}.", ""]
+    if m.get("emulation"):
+        lines += [f"CPU class **{m['cpu_class']}, emulated** on this machine with `{m['emulation']}` (oneDNN, ATen "
+                  "and MKL capped to these instructions; fbgemm's int8 kernels are not capped).", ""]
+    else:
+        lines += [f"CPU class **{m.get('cpu_class', '?')}**.", ""]
     for u in results.get("updates", []):
         lines += [f"Case{'s' if len(u['cases']) > 1 else ''} {', '.join(u['cases'])} rerun with `{u['command']}` on {u['date']} ({u['minutes']} min, "
                   f"load {u['load_average'][0]} to {u['load_average'][1]}, matmul peak {u['matmul_peak_gflops']}).", ""]
     model_rows = [r for r in results["rows"] if r["case"][0] in "abc"]
+    onnx_rows = [r for r in results["rows"] if r["case"][0] == "o"]
     if model_rows:
         lines += ["## Model speed (same config, weights, inputs, optimizer; alternated; medians)", "",
                   "| case | size | precision | shape | bertkit seq/s | transformers seq/s | speed-up | "
@@ -234,6 +298,26 @@ def markdown(results: dict) -> str:
                       f"{1 / (1 - share):.2f}x; bertkit also runs attention on the packed real tokens, sequence by "
                       "sequence in fp32 and in groups of similar length in bf16, where transformers attends over "
                       "the padded (B, T) layout with a mask.", ""]
+    if onnx_rows:
+        lines += ["## Offline inference against ONNX Runtime (same weights and batches; alternated; medians)", "",
+                  "| size | precision | shape | bertkit seq/s | ONNX Runtime seq/s | speed-up | rounds | output check |",
+                  "|---|---|---|---:|---:|---:|---:|---|"]
+        for r in onnx_rows:
+            check = r["checks"]["ort_fp32" if r["precision"] == "fp32" else "bertkit_int8"]
+            lines.append(f"| {r['size']} | {r['precision']} | {r['shape']} | {C.fmt_rate(r['bertkit_seq_per_s'])} | "
+                         f"{C.fmt_rate(r['onnxruntime_seq_per_s'])} | **{r['speedup']:.2f}x** "
+                         f"({r['speedup_paired_median']:.2f}x paired) | {r['rounds']} | "
+                         f"max abs diff {check['max_abs_diff_vs_bertkit_fp32']:.1e} |")
+        lines += ["", "ONNX Runtime runs the graph of transformers' BertModel optimised with onnxruntime.transformers' "
+                  "BERT fusions (" + ", ".join(f"{k} x{v}" for k, v in onnx_rows[0]["onnxruntime_fused_ops"].items())
+                  + ") at ORT_ENABLE_ALL, the int8 rows that graph after onnxruntime.quantization.quantize_dynamic; "
+                  "bertkit int8 is `--quantize int8` (kernels/int8.py). Output check: fp32 rows ONNX Runtime "
+                  "against bertkit fp32, int8 rows bertkit int8 against bertkit fp32, at real positions.", ""]
+        for r in onnx_rows:
+            if r["precision"] == "int8":
+                lines.append(f"{r['size']}: bertkit int8 is {r['int8_vs_bertkit_fp32']:.2f}x bertkit fp32; ONNX Runtime "
+                             f"int8 is {r['ort_int8_vs_bertkit_fp32']:.2f}x bertkit fp32.")
+        lines.append("")
     memory = [r for r in results["rows"] if r["case"].startswith("d")]
     if memory:
         lines += ["## Peak memory (fresh process per framework, 2 steps, peak resident set size)", "",
@@ -296,7 +380,7 @@ def goals(results: dict) -> list[str]:
                          f"{r['projected_whole_corpus_s'] / 60:.1f} min (projected)", r["projected_whole_corpus_s"] < 300))
     if not rows:
         return []
-    return ["## Goals (issue 7)", "", "| goal | measured | met |", "|---|---:|---|"] + \
+    return ["## Goals (issue 17, every CPU class)", "", "| goal | measured | met |", "|---|---:|---|"] + \
         [f"| {g} | {v} | {'yes' if ok else '**no**'} |" for g, v, ok in rows] + [""]
 
 

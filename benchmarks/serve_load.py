@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -111,6 +112,7 @@ def main() -> int:
 
         model = str(MODEL_DIR)
     port = free_port()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through finally: stop the server too
     process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", model, "--port", str(port),
                                 "--precision", args.precision], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                env=os.environ.copy())
@@ -119,6 +121,7 @@ def main() -> int:
         started = time.perf_counter()
         run_requests(port, args.route, args.warmup, args.clients, args.max_words, seed=0)
         after_warmup = rss_mb(process.pid)
+        print(f"RSS after {args.warmup} requests: {after_warmup:.1f} MB ({time.perf_counter() - started:.0f} s)", flush=True)
         run_requests(port, args.route, args.requests - args.warmup, args.clients, args.max_words, seed=1)
         at_end = rss_mb(process.pid)
         seconds = time.perf_counter() - started

@@ -41,8 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bertkit.tasks.squad import (finetune_squad, predict_squad, read_squad, sample_examples,  # noqa: E402
-                                 score_predictions)
+from bertkit.tasks.common import subsample  # noqa: E402
+from bertkit.tasks.squad import finetune_squad, predict_squad, read_squad, score_predictions  # noqa: E402
 
 
 def default_model_dir() -> str:
@@ -57,7 +57,7 @@ def untrained_score(args, dev_file: Path, limit: int | None) -> dict:
     from bertkit.tokenizer import BertTokenizer
     from bertkit.train.loop import set_seed
 
-    dev = sample_examples(read_squad(dev_file).examples, limit, seed=0)
+    dev = subsample(read_squad(dev_file).examples, limit, seed=0)
     set_seed(args.seed)
     model = BertForQuestionAnswering.from_pretrained(args.model)
     tokenizer = BertTokenizer.from_pretrained(args.model)
@@ -78,7 +78,7 @@ def run(args) -> dict:
         baseline = untrained_score(args, data / "dev-v1.1.json", args.v1_dev_examples) if args.baseline else None
         record = finetune_squad(args.model, data / "train-v1.1.json", out / "v1.1", data / "dev-v1.1.json",
                                 epochs=args.epochs, max_train_examples=args.v1_train_examples,
-                                max_dev_examples=args.v1_dev_examples, **common)
+                                max_eval_examples=args.v1_dev_examples, **common).document
         report["v1.1"] = {"untrained": baseline, "metrics": record["metrics"],
                           "train_examples": record["train_examples"], "train_windows": record["train_windows"],
                           "dev_examples": record["dev_examples"], "train": record["train"],
@@ -88,8 +88,8 @@ def run(args) -> dict:
         start = time.perf_counter()
         record = finetune_squad(args.model, data / "dev-v2.0.json", out / "v2.0", data / "dev-v2.0.json",
                                 epochs=args.v2_epochs, article_split_fraction=0.5, split_seed=args.split_seed,
-                                max_train_examples=args.v2_train_examples, max_dev_examples=args.v2_dev_examples,
-                                **common)
+                                max_train_examples=args.v2_train_examples, max_eval_examples=args.v2_dev_examples,
+                                **common).document
         report["v2.0"] = {"metrics": record["metrics"], "train_examples": record["train_examples"],
                           "train_windows": record["train_windows"], "dev_examples": record["dev_examples"],
                           "training_articles": len(record["article_split"]["training_articles"]),

@@ -21,7 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenize": ("bertkit.tokenizer_cli:tokenize", "tokenize stdin lines into ids or WordPiece tokens"),
     "create-pretraining-data": ("bertkit.pretraining.create", "corpus -> MLM/NSP instances (sharded arrays)"),
     "pretrain": ("bertkit.pretraining.run", "pre-train with MLM + NSP (or the paper's ablations)"),
-    "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner"),
+    "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner, or your own files: text-classification | "
+                                                 "token-classification | question-answering | multiple-choice"),
     "predict": ("bertkit.tasks.cli:predict", "predict new text with any head (or a SQuAD file: predict squad)"),
     "serve": ("bertkit.serve", "HTTP JSON API (text-embeddings-inference routes) with dynamic batching"),
     "export": ("bertkit.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
@@ -49,7 +50,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="info-level logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug-level logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
         impl = _load(target)
@@ -74,6 +75,40 @@ def silence_stdout() -> None:
         pass
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (tests and callers may swap it)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+class _Format(logging.Formatter):
+    """Progress lines as they are; warnings and worse prefixed with their level ("warning: ...")."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text if record.levelno < logging.WARNING else f"{record.levelname.lower()}: {text}"
+
+
+def setup_logging(verbose: bool) -> None:
+    """The one output channel: the "bertkit" logger to stderr. Progress (info) is shown; --verbose
+    adds debug detail. Results go to stdout or files, never through the logger."""
+    logger = logging.getLogger("bertkit")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(_Format("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def print_error(text: str) -> None:
     print("error: " + " ".join(text.splitlines()), file=sys.stderr)
 
@@ -87,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # --help / --version
         return e.code if isinstance(e.code, int) else 0
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    setup_logging(args.verbose)
     if not args.command:
         parser.print_help()
         return 2

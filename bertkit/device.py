@@ -22,20 +22,37 @@ _ISA_WITH_BF16 = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10", "AMX", "ALL")
 
 @dataclasses.dataclass(frozen=True)
 class CpuFeatures:
-    avx512: bool  # AVX-512 (F + BW + VL): oneDNN's fp32 kernels beat MKL's AVX2 path
+    avx512: bool  # AVX-512 (F + BW + VL)
     bf16: bool  # native bf16 dot products (AVX512_BF16 or AMX): oneDNN's bf16 inner product exists
     amx: bool  # AMX tiles (bf16)
+    vnni: bool = False  # int8 dot products without int16 saturation (AVX512_VNNI or AVX_VNNI)
+    vendor: str = "unknown"  # "intel" | "amd" | "unknown": MKL takes its AVX-512 kernels only on Intel
+    capped: bool = False  # ONEDNN_MAX_CPU_ISA hides instructions the CPU has (an emulated class)
+
+    @property
+    def cpu_class(self) -> str:
+        """The class the speed tables and the kernel rule are kept for: "avx2", "avx512",
+        "avx512-bf16" (AVX512_BF16 or AMX)."""
+        return "avx512-bf16" if self.bf16 else "avx512" if self.avx512 else "avx2"
 
 
-def _cpu_flags() -> set[str]:
+def _cpu_info() -> tuple[set[str], str]:
+    """The CPU's flags and vendor ("intel", "amd", "unknown") from /proc/cpuinfo."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
+        return set(), "unknown"
+    flags, vendor = set(), "unknown"
+    vendors = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.partition(":")[2].split())
-    return set()
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id" and vendor == "unknown":
+            vendor = vendors.get(value.strip(), "unknown")
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+        if flags and vendor != "unknown":
+            break
+    return flags, vendor
 
 
 @functools.cache
@@ -48,24 +65,29 @@ def cpu_features() -> CpuFeatures:
     only with `avx512`; direct oneDNN bf16 matmuls (and the fused bf16 GELU) only with `bf16`,
     torch's own bf16 route elsewhere.
     """
-    flags = _cpu_flags()
+    flags, vendor = _cpu_info()
     if flags:
         avx512 = {"avx512f", "avx512bw", "avx512vl"} <= flags
         amx = "amx_bf16" in flags
         bf16 = avx512 and ("avx512_bf16" in flags or amx)
+        vnni = bool({"avx512_vnni", "avx_vnni"} & flags)
     else:  # no /proc/cpuinfo (not Linux): ask torch
         avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
         amx = False
         bf16 = False
+        vnni = False
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "ALL")).strip().upper() or "ALL"
+    has = (avx512, bf16, amx)
     avx512 = avx512 and cap.startswith(_ISA_WITH_AVX512)
     bf16 = bf16 and any(part in cap for part in _ISA_WITH_BF16)
     amx = amx and ("AMX" in cap or cap == "ALL")
+    capped = has != (avx512, bf16, amx)
     try:  # oneDNN's own answer (it honours the cap too); absent from some builds
         bf16 = bf16 and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         pass
-    return CpuFeatures(avx512=avx512, bf16=bf16, amx=amx)
+    # fbgemm (int8) reads the CPU itself and ignores the cap: vnni stays what the CPU has.
+    return CpuFeatures(avx512=avx512, bf16=bf16, amx=amx, vnni=vnni, vendor=vendor, capped=capped)
 
 
 def pick_device(requested: str = "auto") -> torch.device:

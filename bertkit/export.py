@@ -15,6 +15,7 @@ path. Needs the `onnx` package (`pip install bertkit[export]`; the dev extra has
 
 from __future__ import annotations
 
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from .errors import BertkitError
 from .heads import load_model
 from .outputs import atomic_write
 from .inference import TASKS
+from .kernels.int8 import QUANTIZE_CHOICES
 
 FORMATS = ("onnx",)
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -55,8 +57,19 @@ def output_names_for(model) -> tuple[str, ...]:
     return ("logits",)
 
 
-def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18) -> Path:
-    """Write the model folder's model as ONNX to `output` (atomically); returns the path."""
+def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quantize: str = "none") -> Path:
+    """Write the model folder's model as ONNX to `output` (atomically); returns the path.
+
+    quantize "int8": the graph's MatMuls with int8 weights (a scale per output channel) and uint8
+    activations quantised per call, by ONNX Runtime's `quantize_dynamic` (needs onnxruntime):
+    the scheme of bertkit's own `--quantize int8`."""
+    if quantize not in QUANTIZE_CHOICES:
+        raise BertkitError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {quantize!r}")
+    if quantize == "int8":
+        try:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+        except ImportError:
+            raise BertkitError("int8 ONNX export needs the onnxruntime package: pip install onnxruntime") from None
     try:
         import onnx  # noqa: F401  (torch's exporter writes through it)
     except ImportError:
@@ -78,11 +91,19 @@ def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18) -> P
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(tmp: str) -> None:
+    def trace(path: str) -> None:
         with kernels.speed_options(**PLAIN_KERNELS), torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer warnings about Python-side checks on shapes
-            torch.onnx.export(wrapped, example, tmp, input_names=list(INPUT_NAMES), output_names=list(names),
+            torch.onnx.export(wrapped, example, path, input_names=list(INPUT_NAMES), output_names=list(names),
                               dynamic_axes=dynamic_axes, dynamo=False, opset_version=opset)
+
+    def write(tmp: str) -> None:
+        if quantize == "none":
+            return trace(tmp)
+        with tempfile.TemporaryDirectory() as folder:
+            fp32 = str(Path(folder) / "model.onnx")
+            trace(fp32)
+            quantize_dynamic(fp32, tmp, weight_type=QuantType.QInt8, per_channel=True)
 
     atomic_write(output, write)
     return output
@@ -93,9 +114,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", default="onnx", choices=FORMATS)
     parser.add_argument("--output", required=True, help="file to write (e.g. model.onnx)")
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset version (default 18)")
+    parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
+                        help="int8: dynamic int8 MatMuls via onnxruntime.quantization (needs onnxruntime)")
 
 
 def run_from_args(args) -> int:
-    path = export_onnx(args.model, args.output, args.opset)
-    print(f"export: {args.model} -> {path} (ONNX, dynamic batch and sequence axes)")
+    path = export_onnx(args.model, args.output, args.opset, args.quantize)
+    kind = "ONNX, int8 dynamic quantisation" if args.quantize == "int8" else "ONNX"
+    print(f"export: {args.model} -> {path} ({kind}, dynamic batch and sequence axes)")
     return 0

@@ -7,11 +7,14 @@ Parameter names in the file are exactly transformers' (`bert.encoder.layer.0.att
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from .config import BertConfig
 from .errors import BertkitError
@@ -31,9 +34,6 @@ ALLOW_HINT = ("to use random weights there on purpose, pass --allow-missing-weig
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
@@ -93,14 +93,10 @@ class PreTrainedMixin:
     """save_pretrained / from_pretrained for every bertkit model class."""
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> Path:
-        from safetensors.torch import save_file
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().to("cpu").contiguous() for k, v in self.state_dict().items()}
         atomic_write(directory / WEIGHTS_NAME, lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
-        import dataclasses
-
         config = dataclasses.replace(self.config, architectures=[type(self).__name__])
         atomic_write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
@@ -206,3 +202,13 @@ def model_tokenizer(directory: str | Path, do_lower_case: bool | None = None):
                                f"{vocab_size}: is this the model's own vocab.txt?", path=str(tokenizer.vocab_file))
     return tokenizer
 
+
+def load_tokenizer(model_dir: str | Path, cased: bool | None = None):
+    """The model directory's tokenizer; `cased` (--cased / --uncased) overrides its do_lower_case."""
+    tokenizer = model_tokenizer(model_dir, do_lower_case=None if cased is None else not cased)
+    if cased:
+        upper_case_pieces = sum(any(c.isupper() for c in t) for t in tokenizer.ids_to_tokens if not t.startswith("["))
+        if upper_case_pieces < 0.001 * tokenizer.vocab_size:  # cased English vocabularies have thousands
+            log.warning("--cased with a vocabulary that has (almost) no upper-case pieces: capitalised words "
+                        "will become [UNK] or be split badly")
+    return tokenizer

@@ -23,6 +23,7 @@ from . import kernels
 from .device import autocast, pick_device, resolve_precision
 from .errors import BertkitError
 from .heads import load_model
+from .kernels.int8 import QUANTIZE_CHOICES, quantize_int8
 from .tokenizer import BertTokenizer
 
 # oneDNN generates kernels per shape and keeps them in a process-wide cache (1024 entries by
@@ -146,12 +147,22 @@ class InferenceEngine:
     """A model folder ready to answer: `forward(rows)` for model outputs, the task helpers on top."""
 
     def __init__(self, model_dir: str | Path, device: str = "auto", precision: str = "auto",
-                 max_batch_tokens: int = 16384, max_batch_size: int = 256):
+                 max_batch_tokens: int = 16384, max_batch_size: int = 256, quantize: str = "none"):
+        """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32
+        activations; "none" keeps the checkpoint's weights as they are."""
         self.model_dir = Path(model_dir)
         if not self.model_dir.is_dir():
             raise BertkitError("model directory not found", path=str(self.model_dir))
+        if quantize not in QUANTIZE_CHOICES:
+            raise BertkitError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {quantize!r}")
         self.device = pick_device(device)
+        if quantize == "int8" and (self.device.type != "cpu" or precision == "bf16"):
+            raise BertkitError("int8 quantisation runs on the CPU with fp32 activations: drop --device / --precision bf16")
         self.model = load_model(self.model_dir, require_head=True).to(self.device).eval()
+        self.quantize = quantize
+        if quantize == "int8":
+            quantize_int8(self.model)
+            precision = "fp32"
         self.config = self.model.config
         self.precision = resolve_precision(precision, self.device)
         self.tokenizer = BertTokenizer.from_pretrained(self.model_dir)

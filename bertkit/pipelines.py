@@ -341,16 +341,17 @@ TASK_MODELS = {"text-classification": ("text-classification",), "token-classific
 
 
 def pipeline(task: str, model: str | Path, device: str = "auto", precision: str = "fp32",
-             max_batch_tokens: int = 16384, **defaults) -> Pipeline:
+             max_batch_tokens: int = 16384, quantize: str = "none", **defaults) -> Pipeline:
     """A ready pipeline for `task` on the model folder `model` (Hugging Face layout).
 
     precision "fp32" (default, matches transformers' numbers) or "auto" / "bf16" (faster where the
-    CPU has bf16). Extra keyword arguments become the call's defaults (e.g. top_k=None).
+    CPU has bf16); quantize "int8" runs the encoder's Linear layers in dynamic int8. Extra keyword arguments become the call's defaults (e.g. top_k=None).
     """
     task = ALIASES.get(task, task)
     if task not in PIPELINES:
         raise BertkitError(f"unknown task {task!r}; choose from {', '.join(sorted([*PIPELINES, *ALIASES]))}")
-    engine = model if isinstance(model, InferenceEngine) else InferenceEngine(model, device, precision, max_batch_tokens)
+    engine = model if isinstance(model, InferenceEngine) else InferenceEngine(
+        model, device, precision, max_batch_tokens, quantize=quantize)
     if engine.task not in TASK_MODELS[task]:
         raise BertkitError(f"{task} needs a model for {' or '.join(TASK_MODELS[task])}, but this folder holds a "
                            f"{type(engine.model).__name__} ({engine.task})", path=str(engine.model_dir))

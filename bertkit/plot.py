@@ -1,4 +1,5 @@
-"""`bertkit plot RUN_DIR`: PNG curves (loss, MLM/NSP accuracy, learning rate) from metrics.jsonl."""
+"""`bertkit plot RUN_DIR`: PNG curves (loss, MLM/NSP accuracy, learning rate, a fine-tuning run's dev
+metrics) from metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -49,13 +50,16 @@ FIGURES = {
                      ("eval", "mlm_accuracy", "held-out MLM acc."), ("eval", "nsp_accuracy", "held-out NSP acc.")],
     "learning_rate.png": [("train", "learning_rate", "learning rate")],
 }
+# A fine-tuning run's evaluations (pre-training's held-out ones have figures above): every numeric dev metric.
+DEV_FIGURE = "dev_metrics.png"
+NOT_DEV_METRICS = {"step", "eval", "elapsed_s"}
 # Held-out accuracy against wall-clock, for runs that record it (budgeted pre-training does).
 WALL_CLOCK_FIGURE = ("heldout_vs_time.png", [("mlm_accuracy", "held-out MLM acc."),
                                              ("nsp_accuracy", "held-out NSP acc.")])
 
 
 def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: str | None = None) -> list[Path]:
-    import matplotlib
+    import matplotlib  # heavy (about a second to import): only `bertkit plot` and reproduce's curves need it
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
@@ -85,6 +89,20 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         atomic_write(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
         plt.close(fig)
         written.append(out / name)
+    dev_keys = sorted({k for r in evals for k, v in r.items() if k not in NOT_DEV_METRICS and _is_number(v)})
+    if dev_keys and not any("mlm_loss" in r for r in evals):
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for key in dev_keys:
+            xs, ys = zip(*[(r["step"], r[key]) for r in evals if _is_number(r.get(key))])
+            ax.plot(xs, ys, marker="o", markersize=3, label=f"dev {key.replace('_', ' ')}")
+        ax.set_xlabel("optimizer step")
+        ax.set_title(f"{title or Path(run_dir).name}: dev metrics")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        atomic_write(out / DEV_FIGURE, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+        plt.close(fig)
+        written.append(out / DEV_FIGURE)
     name, series = WALL_CLOCK_FIGURE
     fig, ax = plt.subplots(figsize=(6, 3.6))
     drawn = 0

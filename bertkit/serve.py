@@ -12,8 +12,9 @@ and, in transformers' pipeline shapes:
   POST /token-classification {"inputs": str | [str], "aggregation_strategy": "simple" | "none"}
   POST /question-answering   {"inputs": {"question", "context"} | [...], "top_k": 1}
   POST /fill-mask            {"inputs": str | [str], "top_k": 5}
-Errors are {"error": str, "error_type": str}: 400 unreadable body, 413 too many inputs, 422 invalid
-request, 424 model failure, 429 past --max-concurrent-requests (answered at once).
+Errors are {"error": str, "error_type": str}: 400 unreadable body, 413 too many inputs or a body
+over --max-body-bytes, 422 invalid request, 424 model failure, 429 past --max-concurrent-requests
+(answered at once).
 
 Requests are tokenized as they arrive and queued; one worker thread takes everything queued (up
 to the token budget) and runs it through the engine's length-grouped, unpadded batches, so
@@ -41,6 +42,7 @@ from starlette.routing import Route
 from . import __version__
 from .errors import BertkitError
 from .inference import InferenceEngine, release_free_memory
+from .kernels.int8 import QUANTIZE_CHOICES
 from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
                         token_entities)
 
@@ -48,6 +50,7 @@ log = logging.getLogger("bertkit")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_BODY_BYTES = 2 * 1024 * 1024  # TEI's default payload limit
 TRIM_EVERY = 32  # forward rounds between returning freed memory to the system under constant load
 
 
@@ -207,8 +210,24 @@ def _settle(future: asyncio.Future, result, error) -> None:
 # ---------------------------------------------------------------- request parsing
 
 
-async def read_json(request: Request) -> dict:
-    body = await request.body()
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refused with 413 past max_bytes: at once when Content-Length says so, else
+    as soon as the streamed body passes the limit (it is never held whole in memory)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise RequestError(413, f"request body of {int(declared)} bytes is over the limit of {max_bytes} bytes",
+                           "payload_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise RequestError(413, f"request body is over the limit of {max_bytes} bytes", "payload_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES) -> dict:
+    body = await read_body(request, max_bytes)
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -235,8 +254,9 @@ class Server:
     """The routes, around one engine and one batcher."""
 
     def __init__(self, engine: InferenceEngine, max_concurrent_requests: int = 512, max_client_batch_size: int = 32,
-                 max_batch_tokens: int = 16384, model_id: str | None = None):
+                 max_batch_tokens: int = 16384, model_id: str | None = None, max_body_bytes: int = MAX_BODY_BYTES):
         self.engine = engine
+        self.max_body_bytes = max_body_bytes
         self.metrics = Metrics()
         self.batcher = Batcher(engine, self.metrics, max_batch_tokens)
         self.max_concurrent_requests = max_concurrent_requests
@@ -398,11 +418,12 @@ class Server:
             model_type = {"embedding": {"pooling": (engine.pooling.mode if engine.pooling else "mean")}}
         else:
             model_type = {engine.task.replace("-", "_"): {}}
-        return {"model_id": self.model_id, "model_sha": None, "model_dtype": engine.precision,
+        return {"model_id": self.model_id, "model_sha": None, "model_dtype": "int8" if engine.quantize == "int8" else engine.precision,
                 "model_type": model_type, "architecture": type(engine.model).__name__, "task": engine.task,
                 "max_concurrent_requests": self.max_concurrent_requests, "max_input_length": engine.max_length,
                 "max_batch_tokens": self.max_batch_tokens, "max_batch_requests": engine.max_batch_size,
-                "max_client_batch_size": self.max_client_batch_size, "tokenization_workers": 1,
+                "max_client_batch_size": self.max_client_batch_size, "max_body_bytes": self.max_body_bytes,
+                "tokenization_workers": 1,
                 "version": __version__}
 
     # ---- the application
@@ -433,7 +454,7 @@ class Server:
                 if not admitted:
                     raise RequestError(429, "Model is overloaded", "overloaded")
                 try:
-                    response = JSONResponse(await handler(await read_json(request)))
+                    response = JSONResponse(await handler(await read_json(request, self.max_body_bytes)))
                 finally:
                     with self.metrics.lock:
                         self.metrics.in_flight -= 1
@@ -469,12 +490,13 @@ def _is_pair(item) -> bool:
 
 def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurrent_requests: int = 512,
           max_client_batch_size: int = 32, max_batch_tokens: int = 16384, device: str = "auto",
-          precision: str = "auto", model_id: str | None = None) -> int:
+          precision: str = "auto", model_id: str | None = None, quantize: str = "none",
+          max_body_bytes: int = MAX_BODY_BYTES) -> int:
     """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown."""
-    import uvicorn
+    import uvicorn  # the server only: importing bertkit.serve for its Server class (tests, apps) needs none
 
-    engine = InferenceEngine(model_dir, device, precision, max_batch_tokens)
-    server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id)
+    engine = InferenceEngine(model_dir, device, precision, max_batch_tokens, quantize=quantize)
+    server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id, max_body_bytes)
     config = uvicorn.Config(server.app(), host=host, port=port, log_level="warning", lifespan="on")
     # uvicorn re-raises the signal it caught once it has shut down; with this handler in place the
     # re-raised SIGTERM is a no-op and the process exits 0 after finishing the accepted requests.
@@ -493,13 +515,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-client-batch-size", type=int, default=32, help="inputs per request (default 32)")
     parser.add_argument("--max-batch-tokens", type=int, default=16384,
                         help="padded tokens per forward pass (default 16384)")
+    parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                        help=f"largest request body; larger ones are answered 413 (default {MAX_BODY_BYTES})")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
+                        help="int8: the encoder's Linear layers in dynamic int8 (CPU)")
     parser.add_argument("--model-id", default=None, help="name reported by GET /info (default: the folder)")
 
 
 def run_from_args(args) -> int:
-    if args.max_concurrent_requests < 1 or args.max_client_batch_size < 1 or args.max_batch_tokens < 1:
-        raise BertkitError("--max-concurrent-requests, --max-client-batch-size and --max-batch-tokens must be positive")
+    if min(args.max_concurrent_requests, args.max_client_batch_size, args.max_batch_tokens, args.max_body_bytes) < 1:
+        raise BertkitError("--max-concurrent-requests, --max-client-batch-size, --max-batch-tokens and "
+                           "--max-body-bytes must be positive")
     return serve(args.model, args.host, args.port, args.max_concurrent_requests, args.max_client_batch_size,
-                 args.max_batch_tokens, args.device, args.precision, args.model_id)
+                 args.max_batch_tokens, args.device, args.precision, args.model_id, args.quantize,
+                 args.max_body_bytes)

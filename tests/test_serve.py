@@ -6,6 +6,7 @@ healthy; past --max-concurrent-requests a 429 comes at once; SIGTERM finishes ac
 and exits 0.
 """
 
+import http.client
 import json
 import os
 import signal
@@ -88,7 +89,7 @@ def classifier_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def classifier_server(classifier_dir):
-    process, port = _start(classifier_dir, "--max-client-batch-size", "4")
+    process, port = _start(classifier_dir, "--max-client-batch-size", "4", "--max-body-bytes", "4096")
     yield port
     process.terminate()
     process.wait(300)
@@ -138,6 +139,24 @@ def test_bad_requests_get_a_4xx_json_error(classifier_server, raw, status, fragm
     got_status, body = request(classifier_server, "/predict", raw=raw)
     assert got_status == status and fragment in body["error"] and body["error_type"]
     assert request(classifier_server, "/health")[0] == 200
+
+
+def test_bodies_over_the_limit_get_413_and_a_json_error(classifier_server):
+    port = classifier_server
+    under = json.dumps({"inputs": ["ok " * 300], "truncate": True}).encode()  # 934 bytes: within --max-body-bytes 4096
+    over = json.dumps({"inputs": ["word " * 1000], "truncate": True}).encode()  # 5,034 bytes
+    assert request(port, "/predict", raw=under)[0] == 200
+    status, body = request(port, "/predict", raw=over)  # Content-Length says it: refused before reading
+    assert status == 413 and body["error_type"] == "payload_too_large" and "limit of 4096 bytes" in body["error"]
+    # A chunked body declares no length: refused once the bytes received pass the limit.
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    connection.request("POST", "/predict", body=iter([over[:3000], over[3000:]]),
+                       headers={"Content-Type": "application/json"}, encode_chunked=True)
+    response = connection.getresponse()
+    assert response.status == 413 and json.loads(response.read())["error_type"] == "payload_too_large"
+    connection.close()
+    assert request(port, "/health")[0] == 200 and request(port, "/predict", raw=under)[0] == 200
+    assert request(port, "/info")[1]["max_body_bytes"] == 4096
 
 
 def test_over_long_inputs_are_truncated_when_asked(classifier_server):

@@ -69,6 +69,11 @@ def _onednn_applies(x: torch.Tensor) -> bool:
             and onednn_available())
 
 
+def _onednn_in_inference() -> bool:
+    """oneDNN runs the Linear layers of no-grad passes ("always" and "inference")."""
+    return options.onednn_linear in ("always", "inference")
+
+
 def _bf16_autocast_inference(x: torch.Tensor) -> bool:
     """Inference under CPU bf16 autocast on a CPU with native bf16 dot products. Elsewhere
     oneDNN has no bf16 inner product (on AVX2 it fails to create one): torch's own route then."""
@@ -79,14 +84,16 @@ def _bf16_autocast_inference(x: torch.Tensor) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, with fp32 CPU matmuls through oneDNN as `options.onednn_linear` says.
 
-    Under bf16 autocast in inference ("always", a CPU with bf16), oneDNN's matmul is called
-    directly on the bf16 operands autocast would make: ~7% faster than F.linear's addmm route.
+    "always": forward and backward; "training": only where gradients are computed; "inference":
+    only where they are not. Under bf16 autocast in inference ("always" / "inference", a CPU with
+    bf16), oneDNN's matmul is called directly on the bf16 operands autocast would make: ~7% faster
+    than F.linear's addmm route.
     """
     if not _onednn_applies(x):
         return F.linear(x, weight, bias)
     mode = options.onednn_linear
     if torch.is_autocast_enabled("cpu"):
-        if mode == "always" and _bf16_autocast_inference(x):
+        if _onednn_in_inference() and _bf16_autocast_inference(x):
             return _onednn_matmul(x.bfloat16(), weight.bfloat16(), None if bias is None else bias.bfloat16())
         return F.linear(x, weight, bias)
     if x.dtype != torch.float32 or weight.dtype != torch.float32:
@@ -94,15 +101,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     needs_grad = torch.is_grad_enabled() and (
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
-        return _OneDNNLinear.apply(x, weight, bias)
-    if mode == "always":
+        return _OneDNNLinear.apply(x, weight, bias) if mode in ("always", "training") else F.linear(x, weight, bias)
+    if _onednn_in_inference():
         return _onednn_matmul(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
 def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """gelu(x @ weight.T + bias), exact (erf) GELU. In inference through oneDNN (bf16 autocast on a
-    CPU with bf16, or fp32 with `onednn_linear="always"`) the GELU runs as the GEMM's post-op
+    CPU with bf16, or fp32 with `onednn_linear` "always" or "inference") the GELU runs as the GEMM's post-op
     (`options.fused_gelu`): one pass less over the (..., 4H) activations."""
     if not exporting() and options.fused_gelu and not torch.is_grad_enabled() and x.device.type == "cpu" \
             and x.numel() and onednn_available():
@@ -112,7 +119,7 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                 # applied to the fp32 sums before rounding to bf16 rather than after.
                 return torch.ops.mkldnn._linear_pointwise(
                     x.bfloat16(), weight.bfloat16(), None if bias is None else bias.bfloat16(), "gelu", [], "none")
-        elif options.onednn_linear == "always" and x.dtype == weight.dtype == torch.float32:
+        elif _onednn_in_inference() and x.dtype == weight.dtype == torch.float32:
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], "none")
     return F.gelu(linear(x, weight, bias))
 

@@ -13,27 +13,40 @@ import os
 
 import torch
 
-from ..device import cpu_features
+from ..device import CpuFeatures, cpu_features
 from ..errors import BertkitError
 
 log = logging.getLogger("bertkit")
 
 UNPAD_MODES = ("auto", "always", "never")
-ONEDNN_MODES = ("training", "always", "never")
+ONEDNN_MODES = ("training", "inference", "always", "never")
 ATTENTION_MODES = ("auto", "sdpa", "explicit")
 # Options removed after measuring ~1.0x (fused_residual) and ~1.05x (grouped_attention) end to
 # end: still accepted, and ignored, until the next release.
 REMOVED_OPTIONS = ("fused_residual", "grouped_attention")
 
 
-def default_onednn_linear() -> str:
-    """oneDNN's fp32 Linear where the CPU has AVX-512, torch's own (MKL) elsewhere.
+# The fp32 Linear per CPU class (`CpuFeatures.cpu_class`), read off alternated measurements of the
+# pre-training step and variable-length inference against the stock path on each class
+# (benchmarks/kernel_choice.py; the numbers and how they were taken: docs/speed.md). A class gets
+# oneDNN only where it measured at least as fast as torch's own Linear (MKL) in every case.
+FP32_LINEAR_BY_CLASS = {
+    # Zen 3 (and Intel capped to AVX2): the oneDNN Linear made the BERT-BASE training step slower
+    # (1.00x transformers' speed with it, 1.23x without); elsewhere it was even.
+    "avx2": "never",
+    # Intel Xeon, AVX-512 without bf16: inference 1.08x (base) / 1.25x (mini) with it, but the
+    # BERT-BASE training step 1.16x faster without it (MKL has AVX-512 kernels on Intel).
+    "avx512": "inference",
+    # Zen 4 / Zen 5 (MKL takes its AVX2 path on AMD): training 1.05-1.13x, inference 1.06-1.09x.
+    "avx512-bf16": "always",
+}
 
-    On AVX-512 (Zen 5) oneDNN's kernels ran the fp32 GEMMs ~2x faster than MKL's AVX2 path; on
-    an AVX2-only CPU (Zen 3) the oneDNN Linear made the BERT-BASE training step slower (1.00x
-    of transformers' speed with it, 1.23x without). See docs/speed.md.
-    """
-    return "always" if cpu_features().avx512 else "never"
+
+def default_onednn_linear(features: CpuFeatures | None = None) -> str:
+    """The fp32 Linear this CPU runs by default: "always" (oneDNN), "inference" (oneDNN only without
+    gradients), or "never" (torch's). See FP32_LINEAR_BY_CLASS; a class not in it gets the stock path."""
+    features = features or cpu_features()
+    return FP32_LINEAR_BY_CLASS.get(features.cpu_class, "never")
 
 
 @dataclasses.dataclass

@@ -22,15 +22,17 @@ words a/an/the by a space, collapse whitespace.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import string
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import BertkitError
+
+log = logging.getLogger("bertkit")
 
 _DELETE_PUNCTUATION = str.maketrans("", "", string.punctuation)  # ASCII punctuation only, as the scripts
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -197,7 +199,7 @@ def _score_v1(dataset_json: Any, predictions: Mapping[str, str], path: str | Non
     exact_total = f1_total = 0
     for qid, gold_answers in questions:
         if qid not in predictions:
-            print(f"Unanswered question {qid} will receive score 0.", file=sys.stderr)
+            log.warning(f"Unanswered question {qid} will receive score 0.")  # the official script's words
             continue
         if not gold_answers:
             message = f"question {qid} has no gold answers, which SQuAD v1.1 requires (is this v2.0 data?)"
@@ -456,5 +458,5 @@ def evaluate_squad(
     scores = _score_v1(dataset_json, predictions, str(data_file))  # first: an error stays the only stderr line
     version = dataset_json.get("version")
     if version is not None and version != "1.1":
-        print(f"Evaluation expects v-1.1, but got dataset with v-{version}", file=sys.stderr)
+        log.warning(f"Evaluation expects v-1.1, but got dataset with v-{version}")
     return scores

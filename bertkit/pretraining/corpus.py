@@ -45,6 +45,8 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import pysbd
+
 from ..errors import BertkitError
 
 logger = logging.getLogger("bertkit.pretraining")
@@ -355,8 +357,6 @@ def split_sentences(paragraph: str) -> list[str]:
     """
     global _SEGMENTER
     if _SEGMENTER is None:
-        import pysbd
-
         _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
     sentences = [s.strip() for s in _SEGMENTER.segment(paragraph)]
     return [s for s in sentences if s]

@@ -47,10 +47,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import __version__, flags
 from ..errors import BertkitError
 from ..outputs import atomic_open, check_output_file
+from ..tokenizer import BertTokenizer
 from .corpus import (
     DEFAULT_MAX_LINE_CHARS,
     DEFAULT_RAW_DOCUMENT_BREAK_LINES,
@@ -113,10 +115,8 @@ _worker_state: dict = {}
 
 
 def _load_tokenizer(vocab: str):
-    # Imported here: workers load it themselves. A vocabulary lacking [CLS], [SEP], [MASK], [PAD]
-    # or [UNK] is refused by the tokenizer with a BertkitError naming the file.
-    from ..tokenizer import BertTokenizer
-
+    # Each worker loads its own. A vocabulary lacking [CLS], [SEP], [MASK], [PAD] or [UNK] is
+    # refused by the tokenizer with a BertkitError naming the file.
     return BertTokenizer.from_pretrained(vocab)
 
 
@@ -391,8 +391,6 @@ def create_pretraining_data(
     total_bytes = sum(f.stat().st_size for f in files)
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="create-pretraining-data", file=sys.stderr)
 
     def documents() -> Iterator[list[str]]:
@@ -561,5 +559,5 @@ def run_from_args(args: argparse.Namespace) -> dict:
         f"-> {summary['output_dir']} ({summary['seconds']} s)"
     )
     if summary["empty_files"]:
-        print(f"warning: {summary['empty_files']} empty input file(s) skipped", file=sys.stderr)
+        logger.warning(f"{summary['empty_files']} empty input file(s) skipped")
     return summary

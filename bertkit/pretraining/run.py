@@ -4,7 +4,7 @@ Objectives (configuration on the one model and loop, not forks):
   bert     BertForPreTraining: MLM + NSP
   no-nsp   BertForMaskedLM: MLM only
   ltr      BertForMaskedLM with causal attention, predicting the next token at every position
-Two phases: phase 1 on `--data` (length 128), the last `--phase2-fraction` of the steps on
+Two phases: phase 1 on `--train-data` (length 128), the last `--phase2-fraction` of the steps on
 `--phase2-data` (length 512); one linear warm-up/decay schedule spans both.
 `--time-budget 15m` turns the budget into a step count measured on this machine, and fills every
 setting not given with the recipe that measured best for that budget (recipe.py).
@@ -199,7 +199,7 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
     if eval_data:
         eval_dataset = PretrainingDataset(eval_data)
         if eval_dataset.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
-            raise BertkitError("--eval-data was built with a different vocabulary than --data", path=eval_data)
+            raise BertkitError("--eval-data was built with a different vocabulary than --train-data", path=eval_data)
         eval_source = PretrainingBatchSource(eval_dataset, min(64, max(1, len(eval_dataset))), seed=0,
                                              drop_last=False, **source_options)
         evaluate = make_evaluator(eval_source, eval_batches)
@@ -268,10 +268,11 @@ def finish_output(output: Path, model, restore_dropout: float | None, recipe, de
     config = model.config
     if restore_dropout is not None:
         config = config.replace(hidden_dropout_prob=restore_dropout, attention_probs_dropout_prob=restore_dropout)
-    config.extra = {**config.extra, "bertkit_pretraining": {"deviations_from_paper": deviations,
-                                                            "dropout_while_pretraining": recipe.dropout,
-                                                            "steps": result.global_step}}
-    config = config.replace(architectures=[type(model).__name__])
+    record = {"deviations_from_paper": deviations, "dropout_while_pretraining": recipe.dropout,
+              "steps": result.global_step}
+    # A copy: the model's own config is left as it was.
+    config = config.replace(architectures=[type(model).__name__],
+                            extra={**config.extra, "bertkit_pretraining": record})
     config.save(output)
     run_record = {**run_record, "steps": result.global_step,
                   "plan": result.plan.to_dict() if result.plan is not None else None,
@@ -280,7 +281,9 @@ def finish_output(output: Path, model, restore_dropout: float | None, recipe, de
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", required=True, help="pre-training data directory (bertkit create-pretraining-data)")
+    p.add_argument("--train-data", "--data", dest="train_data", required=True,
+                   help="pre-training data directory (bertkit create-pretraining-data); the held-out one is --eval-data"
+                        " (--data: the old spelling, deprecated; it will be removed in the next release)")
     p.add_argument("--output", required=True, help="run directory: model, checkpoints, metrics.jsonl")
     p.add_argument("--time-budget", help="wall-clock budget, e.g. 15m, 1h, 4h: the step count is measured to fit "
                    "it, the learning rate reaches zero at its end, and settings not given come from the recipe "
@@ -327,7 +330,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(args) -> int:
     if args.vocab:
-        dataset = PretrainingDataset(args.data)
+        dataset = PretrainingDataset(args.train_data)
         data_vocab = (dataset.directory / dataset.manifest["vocab"]["file"]).read_bytes()
         vocab_path = Path(args.vocab) / "vocab.txt" if Path(args.vocab).is_dir() else Path(args.vocab)
         if not vocab_path.is_file():
@@ -335,7 +338,7 @@ def run_from_args(args) -> int:
         if vocab_path.read_bytes() != data_vocab:
             raise BertkitError("--vocab differs from the vocabulary the data was built with", path=str(vocab_path))
     result = pretrain(
-        data=args.data, output=args.output, model_config=args.model_config, max_steps=args.max_steps,
+        data=args.train_data, output=args.output, model_config=args.model_config, max_steps=args.max_steps,
         time_budget=args.time_budget, batch_size=args.batch_size, grad_accum=args.grad_accum,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, warmup_ratio=args.warmup_ratio,
         weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, dropout=args.dropout,

@@ -1,31 +1,35 @@
-"""`bertkit finetune|predict|evaluate <task>`: each task module supplies its own arguments and runner."""
+"""`bertkit finetune|predict|evaluate <task>`: one sub-command per entry of the task table
+(tasks/registry.py); `predict` also offers new-text prediction with any fine-tuned head (predict.py)."""
 
 from __future__ import annotations
 
-import importlib
-
-# task -> module providing add_<verb>_arguments(parser) and run_<verb>(args)
-FINETUNE = {"glue": "bertkit.tasks.glue", "swag": "bertkit.tasks.multiple_choice",
-            "squad": "bertkit.tasks.squad", "ner": "bertkit.tasks.ner"}
-PREDICT = {"squad": "bertkit.tasks.squad",
-           # new text with any fine-tuned head (bertkit/predict.py): module:COMMANDS key
-           **{task: f"bertkit.predict:{task}" for task in ("text-classification", "token-classification",
-                                                            "question-answering", "multiple-choice", "fill-mask",
-                                                            "embeddings")}}
-EVALUATE = {"squad": "bertkit.tasks.squad", "conll": "bertkit.tasks.ner"}
+from .. import predict as predict_text
+from .registry import TASKS
 
 
-def _verb(verb: str, table: dict[str, str]):
+def _made_by(pipeline: str) -> str:
+    tasks = [f"`bertkit finetune {t.name}`" for t in TASKS.values() if t.pipeline == pipeline]
+    return f" (models from {' or '.join(tasks)})" if tasks else ""
+
+
+def _verb(verb: str):
+    """A command whose sub-commands are the tasks offering add_<verb>_arguments and run_<verb>."""
+
+    def entries():
+        for task in TASKS.values():
+            name = task.evaluate if verb == "evaluate" else task.name
+            if name and hasattr(task.module, f"run_{verb}"):
+                yield name, task.summary, task.module
+        if verb == "predict":  # new text with any fine-tuned head, by what the head does
+            for name, command in predict_text.COMMANDS.items():
+                yield name, (command.__doc__ or name).strip().splitlines()[0] + _made_by(name), command
+
     class Command:
         @staticmethod
         def add_arguments(parser):
             sub = parser.add_subparsers(dest="task", metavar="TASK", required=True)
-            for task, target in table.items():
-                module_name, _, key = target.partition(":")
-                module = importlib.import_module(module_name)
-                if key:  # one of several commands a module offers
-                    module = module.COMMANDS[key]
-                p = sub.add_parser(task, help=(module.__doc__ or task).strip().splitlines()[0])
+            for name, summary, module in entries():
+                p = sub.add_parser(name, help=summary)
                 getattr(module, f"add_{verb}_arguments")(p)
                 p.set_defaults(_task_run=getattr(module, f"run_{verb}"))
 
@@ -36,6 +40,6 @@ def _verb(verb: str, table: dict[str, str]):
     return Command
 
 
-finetune = _verb("finetune", FINETUNE)
-predict = _verb("predict", PREDICT)
-evaluate = _verb("evaluate", EVALUATE)
+finetune = _verb("finetune")
+predict = _verb("predict")
+evaluate = _verb("evaluate")

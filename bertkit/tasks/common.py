@@ -1,119 +1,149 @@
-"""What every fine-tuning task shares: batching features, prediction, and the paper's sweep protocol
-(grid over lr / epochs / batch size, several restarts, selection on dev, statistics over seeds)."""
+"""What every fine-tuning task shares, and the surface each task module offers.
+
+Every task module in bertkit/tasks/ (glue, multiple_choice, squad, ner; the classes of custom)
+tells its story with the same steps: `read` (the official files -> examples), `featurize`
+(examples -> model inputs), `HEAD` (the model class), `postprocess` (model outputs -> predictions), `score` (predictions -> the task's
+official metrics), and offers `finetune(...) -> TaskResult`, plus the `bertkit finetune|predict|
+evaluate` arguments. `TaskResult` is the one result shape; `BENCHMARKS` lists the data sets the
+task runs in `bertkit reproduce`. tasks/registry.py lists the task modules.
+
+Shared here: the paper's sweep protocol (grid over lr / epochs / batch size, several restarts,
+selection on dev, statistics over seeds), the data-folder rule, subsampling, malformed-row
+handling and the flags every task spells the same way.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
+import os
 import random
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from .. import flags
+from ..batching import FeatureSource
+from ..device import resolve_precision
 from ..errors import BertkitError
 from ..outputs import atomic_write_text, check_output_dir
+from ..train.loop import Phase, TrainArgs, fit, set_seed
 
-PAD_VALUES = {"labels": -100, "start_positions": None, "end_positions": None}
+log = logging.getLogger("bertkit")
+
+# The metric values a TaskResult holds are fractions (0..1); the SQuAD evaluators report percent.
+PERCENT = 100.0
 
 
-def collate(features: Sequence[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
-    """Stack features (dicts of lists / ints / floats), padding sequences to the longest in the batch.
+@dataclasses.dataclass
+class TaskResult:
+    """What every task's `finetune` (and SQuAD's `predict`) returns: one shape for the command line,
+    `bertkit reproduce` and scripts.
 
-    Sequence keys: input_ids, token_type_ids, attention_mask, labels (token-level, padded with -100).
-    Multiple choice features hold a list of C sequences per key: padded to (B, C, T).
+    `metrics` are the best run's dev metrics as fractions (0..1), whatever unit the task's official
+    scorer uses; `metric` names the headline one (the paper's table cell); `run_metrics` holds each
+    run's dev metrics in the same units (one entry per configuration of the sweep); `document` is
+    results.json as written (the task's own details); `model_dir` is where the best model was saved.
     """
-    batch: dict[str, torch.Tensor] = {}
-    for key in features[0]:
-        values = [f[key] for f in features]
-        first = values[0]
-        if isinstance(first, (list, tuple)) and first and isinstance(first[0], (list, tuple)):
-            T = max(len(seq) for v in values for seq in v)
-            pad = -100 if key == "labels" else (pad_token_id if key == "input_ids" else 0)
-            batch[key] = torch.tensor([[list(seq) + [pad] * (T - len(seq)) for seq in v] for v in values])
-        elif isinstance(first, (list, tuple)):
-            T = max(len(v) for v in values)
-            pad = -100 if key == "labels" else (pad_token_id if key == "input_ids" else 0)
-            batch[key] = torch.tensor([list(v) + [pad] * (T - len(v)) for v in values])
-        elif isinstance(first, float):
-            batch[key] = torch.tensor(values, dtype=torch.float32)
-        elif isinstance(first, (int, bool)):
-            batch[key] = torch.tensor(values, dtype=torch.long)
-        # other values (ids, strings) are metadata, not model inputs
-    return batch
+
+    task: str
+    metric: str
+    metrics: dict
+    run_metrics: list[dict] = dataclasses.field(default_factory=list)
+    document: dict = dataclasses.field(default_factory=dict)
+    output_dir: str | None = None
+    model_dir: str | None = None
+
+    @property
+    def value(self) -> float | None:
+        value = self.metrics.get(self.metric)
+        return None if value is None else float(value)
+
+    @property
+    def run_values(self) -> list[float]:
+        """Each run's headline metric (not the selection score, which may average two metrics)."""
+        return [float(m[self.metric]) for m in self.run_metrics if isinstance(m.get(self.metric), (int, float))]
 
 
-class FeatureSource:
-    """Batch source over in-memory features for `train.fit`: a fresh seeded shuffle per epoch,
-    dynamic padding, and exact skipping for resume."""
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSettings:
+    """How `bertkit reproduce` fine-tunes one model on one benchmark: the budget's `finetune`
+    section (`finetune`) and its `tasks.<name>` section (`task`)."""
 
-    def __init__(self, features: Sequence[dict], batch_size: int, seed: int = 0, shuffle: bool = True,
-                 pad_token_id: int = 0, model_keys: Sequence[str] | None = None):
-        if not features:
-            raise BertkitError("no training examples")
-        self.features, self.batch_size, self.seed, self.shuffle = features, batch_size, seed, shuffle
-        self.pad_token_id = pad_token_id
-        self.model_keys = model_keys
+    model_dir: Path
+    data_dir: Path
+    output_dir: Path
+    finetune: dict
+    task: dict
+    precision: str = "auto"
 
-    def num_batches(self, epoch: int) -> int:
-        return -(-len(self.features) // self.batch_size)
-
-    def order(self, epoch: int) -> list[int]:
-        if not self.shuffle:
-            return list(range(len(self.features)))
-        g = torch.Generator().manual_seed(self.seed * 100_003 + epoch)
-        return torch.randperm(len(self.features), generator=g).tolist()
-
-    def batches(self, epoch: int, start: int = 0) -> Iterator[dict]:
-        order = self.order(epoch)
-        for b in range(start, self.num_batches(epoch)):
-            chunk = [self.features[i] for i in order[b * self.batch_size:(b + 1) * self.batch_size]]
-            if self.model_keys is not None:
-                chunk = [{k: f[k] for k in self.model_keys if k in f} for f in chunk]
-            yield collate(chunk, self.pad_token_id)
+    def max_seq_length(self, default: int | None = None) -> int:
+        return self.task.get("max_seq_length", default or self.finetune["max_seq_length"])
 
 
-def length_sorted_batches(features: Sequence[dict], batch_size: int, key: str = "input_ids"):
-    """Indices in batches of similar length (evaluation: far less padding); yields (indices, batch)."""
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """A data set a task runs on in `bertkit reproduce` (a budget's `tasks` key: "mrpc", "codah",
+    "squad2", "ner"), with the paper's table label, whether the data folder has it, and how to run it."""
 
-    def length(f):
-        v = f[key]
-        return max(len(s) for s in v) if v and isinstance(v[0], (list, tuple)) else len(v)
-
-    order = sorted(range(len(features)), key=lambda i: length(features[i]))
-    for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
-        yield idx, [features[i] for i in idx]
+    name: str
+    label: str
+    has_data: Callable[[Path], bool]
+    run: Callable[[BenchmarkSettings], TaskResult]
+    max_seq_length: int | None = None  # its default when the budget gives none (None: the budget's finetune one)
 
 
-@torch.no_grad()
-def predict(model, features: Sequence[dict], batch_size: int = 64, output_keys=("logits",),
-            input_keys=("input_ids", "token_type_ids", "attention_mask"), pad_token_id: int = 0,
-            device=None, precision: str = "fp32") -> dict[str, list]:
-    """Run the model over features in length-sorted batches; return per-feature outputs in input order
-    (each a tensor with the padding cut off for token-level outputs)."""
-    from ..device import autocast
+# ---- data: where it is, subsets, malformed rows ----
 
-    device = device or next(model.parameters()).device
-    model.eval()
-    results: dict[str, list] = {k: [None] * len(features) for k in output_keys}
-    for idx, chunk in length_sorted_batches(features, batch_size):
-        batch = collate([{k: f[k] for k in input_keys if k in f} for f in chunk], pad_token_id)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with autocast(device, precision):
-            out = model(**batch)
-        for k in output_keys:
-            values = out[k].float().cpu()
-            for row, i in enumerate(idx):
-                v = values[row]
-                if v.ndim >= 1 and "input_ids" in chunk[row] and v.shape[0] == batch["input_ids"].shape[1] \
-                        and batch["input_ids"].ndim == 2:
-                    v = v[: len(chunk[row]["input_ids"])]  # token-level: drop padding positions
-                results[k][i] = v
-    return results
+
+def resolve_data_dir(data_dir: str | Path | None) -> Path:
+    """--data-dir, else $BERTKIT_DATA; it must be a folder."""
+    data_dir = data_dir or os.environ.get("BERTKIT_DATA")
+    if not data_dir:
+        raise BertkitError("no data directory: pass --data-dir or set BERTKIT_DATA")
+    if not Path(data_dir).is_dir():
+        raise BertkitError("data directory not found", path=str(data_dir))
+    return Path(data_dir)
+
+
+class Examples(list):
+    """Examples read from one file, remembering the file and the malformed rows skipped."""
+
+    def __init__(self, items=(), path: str | Path | None = None, skipped: Sequence[str] = ()):
+        super().__init__(items)
+        self.path = None if path is None else str(path)
+        self.skipped = list(skipped)  # "path:line: problem" for each row left out
+
+
+class BadRows:
+    """Raise on the first malformed row, or (skip_bad_rows) record it and go on."""
+
+    def __init__(self, path: Path, skip: bool):
+        self.path, self.skip, self.skipped = path, skip, []
+
+    def __call__(self, line: int, message: str) -> None:
+        if not self.skip:
+            raise BertkitError(f"{message} (or pass --skip-bad-rows to skip and count such rows)",
+                               path=str(self.path), line=line)
+        self.skipped.append(str(BertkitError(message, path=str(self.path), line=line)))
+
+
+def subsample(examples: Sequence, n: int | None, seed: int = 0, contiguous: bool = False) -> Sequence:
+    """A deterministic subset of n examples in file order (every run of a sweep sees the same): a
+    seeded random sample, or with `contiguous` the first n (NER, whose windows take context from
+    the neighbouring sentences of a document). All of them (the same object) when n is None or
+    at least len(examples)."""
+    if n is None or n >= len(examples):
+        return examples
+    if n <= 0:
+        raise BertkitError(f"the example limit must be positive, not {n}")
+    keep = range(n) if contiguous else sorted(random.Random(seed).sample(range(len(examples)), n))
+    return Examples([examples[i] for i in keep], path=getattr(examples, "path", None),
+                    skipped=getattr(examples, "skipped", ()))
 
 
 # ---- the paper's fine-tuning protocol: grid x restarts, select on dev ----
@@ -160,7 +190,7 @@ def summarize(runs: list[RunResult]) -> list[dict]:
     return table
 
 
-def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult], keep_best_artifacts=True,
+def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
               on_run: Callable[[RunResult], None] | None = None):
     """Run every configuration; the best dev score wins (the paper's selection). Returns (best, runs).
     Only the best run keeps its artifacts, so a large grid does not hold every model in memory."""
@@ -174,80 +204,59 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult], keep_be
             if best is not None:
                 best.artifacts = None
             best = result
-        elif keep_best_artifacts:
+        else:
             result.artifacts = None
     return best, runs
-
-
-# ---- shared by the readers: malformed rows, subsets ----
-
-
-class Examples(list):
-    """Examples read from one file, remembering the file and the malformed rows skipped."""
-
-    def __init__(self, items=(), path: str | Path | None = None, skipped: Sequence[str] = ()):
-        super().__init__(items)
-        self.path = None if path is None else str(path)
-        self.skipped = list(skipped)  # "path:line: problem" for each row left out
-
-
-class BadRows:
-    """Raise on the first malformed row, or (skip_bad_rows) record it and go on."""
-
-    def __init__(self, path: Path, skip: bool):
-        self.path, self.skip, self.skipped = path, skip, []
-
-    def __call__(self, line: int, message: str) -> None:
-        if not self.skip:
-            raise BertkitError(f"{message} (or pass --skip-bad-rows to skip and count such rows)",
-                               path=str(self.path), line=line)
-        self.skipped.append(str(BertkitError(message, path=str(self.path), line=line)))
-
-
-def subsample(examples: list, n: int | None, seed: int = 0) -> list:
-    """A deterministic random subset of n examples, in file order (every run of a sweep sees the same)."""
-    if n is None or n >= len(examples):
-        return examples
-    if n <= 0:
-        raise BertkitError(f"--max-train-examples must be positive, not {n}")
-    keep = sorted(random.Random(seed).sample(range(len(examples)), n))
-    return Examples([examples[i] for i in keep], path=getattr(examples, "path", None),
-                    skipped=getattr(examples, "skipped", ()))
 
 
 # ---- one run, the sweep protocol and its outputs (sentence-level tasks) ----
 
 
 def predict_precision(model, precision: str) -> str:
-    from ..device import resolve_precision
-
     return resolve_precision(precision, next(model.parameters()).device)
 
 
 def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
-              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0):
+              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
+              output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
+              eval_steps: int = 0):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
-    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0."""
-    from ..train.loop import Phase, TrainArgs, fit
-
+    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
+    With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
+    `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`."""
     source = FeatureSource(features, int(config["batch_size"]), seed=int(config["seed"]), pad_token_id=pad_token_id)
-    args = TrainArgs(output_dir=None, learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio,
+    args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),
+                     learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio,
                      weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
-                     logging_steps=10**9, save_final_model=False)
-    return fit(model, Phase(source, epochs=config["epochs"]), args)
+                     logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
+                     save_final_model=False)
+    return fit(model, Phase(source, epochs=config["epochs"]), args, evaluate=evaluate)
+
+
+def run_name(config: dict) -> str:
+    """The folder name of one run of a sweep: lr5e-05_ep3_bs32_seed42."""
+    return f"lr{config['learning_rate']:g}_ep{config['epochs']:g}_bs{config['batch_size']}_seed{config['seed']}"
+
+
+def publish_best_metrics(runs_dir: str | Path, best: RunResult, output_dir: str | Path) -> None:
+    """The best run's metrics.jsonl, copied beside the model (`bertkit plot OUTPUT` draws it); every
+    run's own stays in runs_dir/<run_name>/."""
+    source = Path(runs_dir) / run_name(best.config) / "metrics.jsonl"
+    if source.is_file():
+        atomic_write_text(Path(output_dir) / "metrics.jsonl", source.read_text(encoding="utf-8"))
 
 
 def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module], train_features: list[dict],
                  evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
-                 log: Callable[[str], None] | None = print, train: Callable | None = None):
+                 train: Callable | None = None, runs_dir: str | Path | None = None, logging_steps: int = 50,
+                 eval_steps: int = 0):
     """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
 
     `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
     differ in head initialisation as well as in shuffling); `evaluate(model) -> (metrics, outputs)`;
-    the best run keeps (model, outputs) as its artifacts. Prints one line per finished run."""
-    from ..train.loop import set_seed
-
+    the best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
+    runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics)."""
     if not configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
     train = train or train_one
@@ -256,17 +265,25 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
         start = time.perf_counter()
         set_seed(int(config["seed"]))
         model = build_model()
+        evaluated = []
+
+        def evaluate_in_loop(model) -> dict:  # the loop's last evaluation is the run's dev result
+            evaluated[:] = [evaluate(model)]
+            return {k: v for k, v in evaluated[0][0].items() if isinstance(v, (int, float))}
+
+        logged = {} if runs_dir is None else dict(output_dir=Path(runs_dir) / run_name(config),
+                                                  evaluate=evaluate_in_loop, logging_steps=logging_steps,
+                                                  eval_steps=eval_steps)
         train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
-              weight_decay=weight_decay, pad_token_id=pad_token_id)
-        metrics, outputs = evaluate(model)
+              weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
+        metrics, outputs = evaluated[0] if evaluated else evaluate(model)
         return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)),
                          seconds=time.perf_counter() - start, artifacts=(model, outputs))
 
     def report(result: RunResult) -> None:
-        if log:
-            shown = " ".join(f"{k} {100 * v:.2f}" for k, v in result.metrics.items() if isinstance(v, float))
-            log(f"{label}: {config_text(result.config)}: dev score {100 * result.score:.2f} ({shown}) "
-                f"in {result.seconds:.1f} s")
+        shown = " ".join(f"{k} {100 * v:.2f}" for k, v in result.metrics.items() if isinstance(v, float))
+        log.info(f"{label}: {config_text(result.config)}: dev score {100 * result.score:.2f} ({shown}) "
+                 f"in {result.seconds:.1f} s")
 
     return run_sweep(configs, run_one, on_run=report)
 
@@ -314,6 +331,27 @@ def check_finetune_output(args) -> None:
     check_output_dir(args.output, overwrite=args.overwrite, kind="fine-tuning results")
 
 
+def deprecated(old: str) -> str:
+    """Help text for a renamed flag's old spelling, accepted for one more release."""
+    return f" ({old}: the old spelling, deprecated; it will be removed in the next release)"
+
+
+def add_data_dir_argument(parser, layout: str) -> None:
+    parser.add_argument("--data-dir", default=None, help=f"data folder holding {layout} (default: $BERTKIT_DATA)")
+
+
+def add_max_examples_arguments(parser, train_old: str | None = None, eval_old: str | None = None,
+                               how: str = "a deterministic random subset") -> None:
+    """--max-train-examples / --max-eval-examples: every task spells its quick-run limits the same way."""
+    parser.add_argument("--max-train-examples", *([train_old] if train_old else []), dest="max_train_examples",
+                        type=flags.positive_int, default=None,
+                        help=f"train on {how} of N examples (quick runs)" + (deprecated(train_old) if train_old else ""))
+    parser.add_argument("--max-eval-examples", *([eval_old] if eval_old else []), dest="max_eval_examples",
+                        type=flags.positive_int, default=None,
+                        help=f"evaluate on {how} of N dev (and test) examples (quick runs)"
+                             + (deprecated(eval_old) if eval_old else ""))
+
+
 def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str) -> None:
     """The flags every sentence-level task shares; comma lists make a grid."""
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
@@ -338,6 +376,10 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip malformed data rows (and report how many) instead of stopping at the first")
+    parser.add_argument("--logging-steps", type=flags.positive_int, default=50,
+                        help="training loss to runs/<run>/metrics.jsonl every N steps (default 50, as ner and squad)")
+    parser.add_argument("--eval-steps", type=flags.non_negative_int, default=0,
+                        help="dev metrics to metrics.jsonl every N steps as well as at the end (default 0: at the end)")
 
 
 def sweep_options(args) -> dict:
@@ -345,4 +387,5 @@ def sweep_options(args) -> dict:
                 batch_sizes=parse_list(args.batch_size, int), seeds=parse_list(args.seed, int),
                 max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
                 precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
-                eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay)
+                eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+                logging_steps=args.logging_steps, eval_steps=args.eval_steps)

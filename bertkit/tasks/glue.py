@@ -10,26 +10,35 @@ The story of the module, top to bottom:
   6. outputs: results.json, dev predictions, GLUE server submission files, the model,
      and for several tasks a table laid out like the paper's Table 1.
 
-The sweep protocol, its outputs and flags live in `common.py`, shared with `multiple_choice.py`.
+The task surface (tasks/common.py): read = `load_glue_task`, featurize = `glue_features`, HEAD =
+BertForSequenceClassification, postprocess = `classification_predictions`, score = `evaluate_glue`,
+finetune = `finetune_glue` -> TaskResult. The sweep protocol, its outputs and flags live in
+`common.py`, shared with `multiple_choice.py`. Task names ("sst2", "MNLI-mm") are the GLUE metrics'
+names (bertkit.metrics.glue.canonical_task_name); mnli-mm is MNLI's mismatched split.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import logging
 import math
-import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
+from ..batching import predict_batches
 from ..errors import BertkitError
-from ..outputs import atomic_write_text, write_json
+from ..heads import BertForSequenceClassification
 from ..hub import model_tokenizer
-from ..metrics.glue import compute_glue_metrics, glue_score, task_score
-from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
-                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
+from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score
+from ..outputs import atomic_write_text, write_json
+from .common import (BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_data_dir_argument,
+                     add_sweep_arguments, check_finetune_output, config_text, grid, predict_precision,
+                     publish_best_metrics, resolve_data_dir, results_document, run_protocol, subsample,
+                     sweep_options, write_predictions)
+
+log = logging.getLogger("bertkit")
 
 # ---------------------------------------------------------------- 1. the tasks
 
@@ -49,6 +58,7 @@ class GlueTask:
     submission: tuple[tuple[str, str], ...] = ()  # test split -> file name the GLUE server expects
     headerless: tuple[str, ...] | None = None  # column names of train/dev files that have no header row
     test_index: str | None = "index"
+    headline: str = "accuracy"  # the metric the paper's Table 5 (and the reproduce report) shows
 
     @property
     def is_regression(self) -> bool:
@@ -76,8 +86,9 @@ GLUE_TASKS: dict[str, GlueTask] = {t.name: t for t in (
     GlueTask("sst-2", "SST-2", "sentence", None, "label", BINARY, index=None, submission=(("test", "SST-2.tsv"),)),
     # CoLA's train/dev files have no header: source, label, the author's original mark, sentence.
     GlueTask("cola", "CoLA", "sentence", None, "label", BINARY, index=None, submission=(("test", "CoLA.tsv"),),
-             headerless=("source", "label", "original_judgement", "sentence")),
-    GlueTask("sts-b", "STS-B", "sentence1", "sentence2", "score", None, submission=(("test", "STS-B.tsv"),)),
+             headerless=("source", "label", "original_judgement", "sentence"), headline="matthews_correlation"),
+    GlueTask("sts-b", "STS-B", "sentence1", "sentence2", "score", None, submission=(("test", "STS-B.tsv"),),
+             headline="spearman"),
     GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", BINARY, index=None,
              submission=(("test", "MRPC.tsv"),)),
     GlueTask("rte", "RTE", "sentence1", "sentence2", "label", ("entailment", "not_entailment"),
@@ -91,17 +102,16 @@ GLUE_TASKS: dict[str, GlueTask] = {t.name: t for t in (
 # The paper's Table 1 order (the order `--task all` runs them in); WNLI runs but has no column.
 TABLE_TASKS = ("mnli", "qqp", "qnli", "sst-2", "cola", "sts-b", "mrpc", "rte", "wnli")
 
-_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli-m": "mnli", "mnli-mm": "mnli", "diagnostic": "ax"}
-
 
 def glue_task(name: str) -> GlueTask:
-    """'MRPC', 'sst2', 'STS_B', 'mnli' -> the GlueTask (case-insensitive)."""
-    key = str(name).strip().lower().replace("_", "-")
-    key = _ALIASES.get(key, key)
-    if key not in GLUE_TASKS:
+    """'MRPC', 'sst2', 'STS_B', 'mnli' -> the GlueTask (case-insensitive). The names are the GLUE
+    metrics' (one list, bertkit.metrics.glue); 'mnli-mm' is MNLI's mismatched split, so MNLI's data."""
+    try:
+        key = canonical_task_name(name)
+    except BertkitError:
         raise BertkitError(f"unknown GLUE task {name!r}; expected one of "
-                           f"{', '.join(t.folder for t in GLUE_TASKS.values() if t.name != 'ax')} or 'all'")
-    return GLUE_TASKS[key]
+                           f"{', '.join(t.folder for t in GLUE_TASKS.values() if t.name != 'ax')} or 'all'") from None
+    return GLUE_TASKS["mnli" if key == "mnli-mm" else key]
 
 
 def task_folder(task: GlueTask, data_dir: str | Path) -> Path:
@@ -115,15 +125,6 @@ def task_folder(task: GlueTask, data_dir: str | Path) -> Path:
             return folder
     raise BertkitError(f"no {task.folder} folder under the data directory (looked for "
                        f"{' and '.join(str(c) for c in candidates[:2])})", path=str(data_dir))
-
-
-def resolve_data_dir(data_dir: str | Path | None) -> Path:
-    data_dir = data_dir or os.environ.get("BERTKIT_DATA")
-    if not data_dir:
-        raise BertkitError("no data directory: pass --data-dir or set BERTKIT_DATA")
-    if not Path(data_dir).is_dir():
-        raise BertkitError("data directory not found", path=str(data_dir))
-    return Path(data_dir)
 
 
 # ---------------------------------------------------------------- 2. reading the TSV files
@@ -287,27 +288,26 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                   max_seq_length: int = 128, max_train_examples: int | None = None, precision: str = "auto",
                   device: str = "auto", skip_bad_rows: bool = False, eval_batch_size: int = 128,
                   warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = 0.1,
-                  log: Callable[[str], None] | None = print) -> dict:
-    """Fine-tune on one GLUE task with the paper's protocol; returns the results.json content.
+                  logging_steps: int = 50, eval_steps: int = 0) -> TaskResult:
+    """Fine-tune on one GLUE task with the paper's protocol; the TaskResult's document is results.json.
 
     Every (learning rate, epochs, batch size, seed) combination is one run; the best dev task score
     wins (MNLI: matched accuracy), as in the paper. `task` may also be 'all' or a list of tasks:
     see `finetune_glue_tasks`. With `output_dir`, writes OUTPUT/<Task>/ (results.json,
-    dev_predictions.tsv, the GLUE submission files, model/).
+    dev_predictions.tsv, the GLUE submission files, model/, the best run's metrics.jsonl, and every
+    run's in runs/<run>/).
     """
     if isinstance(task, (list, tuple)) or str(task).lower() == "all" or "," in str(task):
         return finetune_glue_tasks(task, model_dir, data_dir, output_dir, learning_rates=learning_rates,
                                    epochs=epochs, batch_sizes=batch_sizes, seeds=seeds, max_seq_length=max_seq_length,
                                    max_train_examples=max_train_examples, precision=precision, device=device,
                                    skip_bad_rows=skip_bad_rows, eval_batch_size=eval_batch_size,
-                                   warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout, log=log)
-    from ..heads import BertForSequenceClassification
-
+                                   warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout,
+                                   logging_steps=logging_steps, eval_steps=eval_steps)
     spec = glue_task(task)
     if spec.name == "ax":
         raise BertkitError("AX has no training data: it is predicted with the MNLI model (--task mnli)")
     data_dir = resolve_data_dir(data_dir)
-    log = log or (lambda message: None)
     tokenizer = model_tokenizer(model_dir)
 
     train, dev, test = load_glue_task(spec, data_dir, skip_bad_rows)
@@ -333,34 +333,36 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         head.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
 
     def build_model():
-        return BertForSequenceClassification.from_pretrained(model_dir, **head)
+        return HEAD.from_pretrained(model_dir, **head)
 
     def evaluate(model) -> tuple[dict, dict]:
         outputs = {}
-        logits = predict(model, dev_features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                         precision=predict_precision(model, precision))["logits"]
+        logits = predict_batches(model, dev_features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
+                                 precision=predict_precision(model, precision))["logits"]
         outputs["dev"] = classification_predictions(spec, logits)
         metrics = evaluate_glue(spec, outputs["dev"], dev)
         for name, features in extra_features.items():  # MNLI mismatched: reported, not used to select
-            logits = predict(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                             precision=predict_precision(model, precision))["logits"]
+            logits = predict_batches(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
+                                     precision=predict_precision(model, precision))["logits"]
             outputs[name] = classification_predictions(spec, logits)
             for key, value in evaluate_glue(spec, outputs[name], extra_dev[name], "mnli-mm").items():
                 metrics[f"{key}_mismatched"] = value
         return metrics, outputs
 
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
-    log(f"{spec.folder}: {len(train_features)} train / {len(dev_features)} dev examples, "
-        f"{len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
+    log.info(f"{spec.folder}: {len(train_features)} train / {len(dev_features)} dev examples, "
+             f"{len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
     for name, examples in splits.items():
         if examples.skipped:
-            log(f"{spec.folder}: skipped {len(examples.skipped)} malformed {name} row(s), "
+            log.warning(f"{spec.folder}: skipped {len(examples.skipped)} malformed {name} row(s), "
                 f"first: {examples.skipped[0]}")
+    runs_dir = None if output_dir is None else Path(output_dir) / spec.folder / "runs"
     best, runs = run_protocol(configs, build_model, train_features, evaluate,
                               score=lambda metrics: task_score(spec.name, metrics),
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id,
-                              label=spec.folder, log=log)
+                              label=spec.folder, runs_dir=runs_dir, logging_steps=logging_steps,
+                              eval_steps=eval_steps)
     results = results_document(spec.folder, best, runs, {
         "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
         "max_seq_length": max_seq_length,
@@ -368,7 +370,8 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         "skipped_rows": {name: len(ex.skipped) for name, ex in splits.items()},
         "selection": "best dev " + ("matched accuracy" if spec.name == "mnli" else _score_name(spec.name)),
     })
-
+    result = TaskResult(task=spec.name, metric=spec.headline, metrics=best.metrics,
+                        run_metrics=[r.metrics for r in runs], document=results)
     if output_dir is not None:
         out = Path(output_dir) / spec.folder
         out.mkdir(parents=True, exist_ok=True)
@@ -381,14 +384,14 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         results["submission_files"] = write_submission(spec, model, tokenizer, data_dir, out, test,
                                                        max_seq_length, eval_batch_size, precision, skip_bad_rows)
         model.save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(runs_dir, best, out)
         write_json(out / "results.json", results)
-        log(f"{spec.folder}: best run {config_text(best.config)} (dev {100 * best.score:.2f}); wrote {out}")
-    return results
+        result.output_dir, result.model_dir = str(out), str(out / "model")
+        log.info(f"{spec.folder}: best run {config_text(best.config)} (dev {100 * best.score:.2f}); wrote {out}")
+    return result
 
 
 def _score_name(task_name: str) -> str:
-    from ..metrics.glue import TASK_METRICS
-
     return " and ".join(TASK_METRICS[task_name]) + (" (mean)" if len(TASK_METRICS[task_name]) > 1 else "")
 
 
@@ -423,8 +426,8 @@ def write_submission(task: GlueTask, model, tokenizer, data_dir, out: Path, test
                     for f in glue_features(examples, tokenizer, task, max_seq_length)]
         predictions = []
         if features:
-            logits = predict(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                             precision=predict_precision(model, precision))["logits"]
+            logits = predict_batches(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
+                                     precision=predict_precision(model, precision))["logits"]
             predictions = classification_predictions(task, logits)
         write_predictions(out / name, [e.index for e in examples], [_label_text(task, p, clip=True) for p in predictions])
         written.append(name)
@@ -434,11 +437,10 @@ def write_submission(task: GlueTask, model, tokenizer, data_dir, out: Path, test
 # ---------------------------------------------------------------- 6. several tasks: the Table 1 layout
 
 
-def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, log: Callable[[str], None] | None = print,
-                        **options) -> dict:
+def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, **options) -> TaskResult:
     """Run `finetune_glue` for each task ('all': every task whose train and dev files exist, in the
     paper's Table 1 order) and build the paper-style table; with output_dir also writes
-    OUTPUT/glue_table.md and OUTPUT/results.json."""
+    OUTPUT/glue_table.md and OUTPUT/results.json. The result's headline is the GLUE score."""
     data_dir = resolve_data_dir(data_dir)
     if isinstance(tasks, str) and tasks.strip().lower() == "all":
         chosen = [GLUE_TASKS[name] for name in TABLE_TASKS if has_train_and_dev(GLUE_TASKS[name], data_dir)]
@@ -454,18 +456,19 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, log: C
                 chosen.append(spec)
     per_task = {}
     for spec in chosen:
-        per_task[spec.folder] = finetune_glue(spec.name, model_dir, data_dir, output_dir, log=log, **options)
+        per_task[spec.folder] = finetune_glue(spec.name, model_dir, data_dir, output_dir, **options).document
     table = glue_table({name: r["metrics"] for name, r in per_task.items()})
     results = {"tasks": per_task, "table": table["markdown"], "glue_score": table["glue_score"],
                "glue_score_tasks": table["glue_score_tasks"]}
-    if log:
-        log(table["markdown"])
+    log.info(table["markdown"])
+    result = TaskResult(task="glue", metric="glue_score", metrics={"glue_score": table["glue_score"]},
+                        document=results, output_dir=None if output_dir is None else str(output_dir))
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / "glue_table.md", table["markdown"] + "\n")
         write_json(out / "results.json", results)
-    return results
+    return result
 
 
 TABLE_COLUMNS = (("MNLI-(m/mm)", "MNLI"), ("QQP", "QQP"), ("QNLI", "QNLI"), ("SST-2", "SST-2"), ("CoLA", "CoLA"),
@@ -524,8 +527,7 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--task", required=True,
                         help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI (case-insensitive; sst2, stsb "
                              "also accepted), a comma list, or 'all' (every task with train and dev files)")
-    parser.add_argument("--data-dir", default=None,
-                        help="data folder holding glue/<Task>/ or <Task>/ (default: $BERTKIT_DATA)")
+    add_data_dir_argument(parser, "glue/<Task>/ or <Task>/")
     add_sweep_arguments(parser, learning_rates="5e-5,4e-5,3e-5,2e-5", batch_sizes="32", epochs="3")
     parser.epilog = ("Defaults follow the paper: batch 32, 3 epochs, max length 128, and the learning rate chosen "
                      "on dev among 5e-5, 4e-5, 3e-5, 2e-5 (four runs per task).")
@@ -533,6 +535,32 @@ def add_finetune_arguments(parser) -> None:
 
 def run_finetune(args) -> int:
     check_finetune_output(args)
-    finetune_glue(args.task, args.model, args.data_dir, args.output, **sweep_options(args),
-                  log=lambda message: print(message, flush=True))
+    finetune_glue(args.task, args.model, args.data_dir, args.output, **sweep_options(args))
     return 0
+
+
+# ---------------------------------------------------------------- the task surface and its benchmarks
+
+HEAD = BertForSequenceClassification
+read = load_glue_task
+featurize = glue_features
+postprocess = classification_predictions
+score = evaluate_glue
+finetune = finetune_glue
+
+
+def run_benchmark(task: GlueTask, settings: BenchmarkSettings) -> TaskResult:
+    """One GLUE task at a reproduction budget's settings (one batch size; the budget's grid)."""
+    ft = settings.finetune
+    return finetune_glue(task.name, str(settings.model_dir), str(settings.data_dir), str(settings.output_dir),
+                         learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"],
+                         batch_sizes=[ft["batch_size"]], max_seq_length=settings.max_seq_length(),
+                         max_train_examples=settings.task.get("max_train_examples"), precision=settings.precision)
+
+
+def _benchmark(task: GlueTask) -> Benchmark:
+    return Benchmark(name=task.name, label=task.folder, has_data=lambda data_dir: has_train_and_dev(task, data_dir),
+                     run=lambda settings: run_benchmark(task, settings))
+
+
+BENCHMARKS = tuple(_benchmark(GLUE_TASKS[name]) for name in TABLE_TASKS)

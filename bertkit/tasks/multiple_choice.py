@@ -5,6 +5,11 @@ original set-up and transformers' run_swag: the context is `sent1`, the second s
 `sent2 + " " + ending_k`. BertForMultipleChoice scores each pooled [CLS] with one vector V and takes
 a softmax over the endings; the metric is accuracy. Training uses the same sweep protocol as GLUE
 (grid x restarts, best dev accuracy wins); the paper's SWAG settings are lr 2e-5, batch 16, 3 epochs.
+
+The task surface (tasks/common.py): read = `read_swag_file`, featurize = `multiple_choice_features`,
+HEAD = BertForMultipleChoice, postprocess = `choices`, score = `accuracy`, finetune =
+`finetune_multiple_choice` -> TaskResult. Benchmarks: the SWAG-format files under
+DATA/multiple-choice/ (`MC_FILES`).
 """
 
 from __future__ import annotations
@@ -13,17 +18,25 @@ import csv
 import dataclasses
 import io
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
+
 from .. import flags
+from ..batching import predict_batches
 from ..errors import BertkitError
-from ..outputs import write_json
+from ..heads import BertForMultipleChoice
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
-from .common import (BadRows, Examples, add_sweep_arguments, check_finetune_output, config_text, grid, predict,
-                     predict_precision, results_document, run_protocol, subsample, sweep_options, write_predictions)
+from ..outputs import write_json
+from .common import (BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_sweep_arguments,
+                     check_finetune_output, config_text, grid, predict_precision, publish_best_metrics,
+                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+
+log = logging.getLogger("bertkit")
 
 ENDING_PREFIX = "ending"
 
@@ -165,18 +178,17 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                              max_seq_length: int = 128, max_train_examples: int | None = None,
                              precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                              eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                             dropout: float | None = 0.1, log: Callable[[str], None] | None = print) -> dict:
-    """Fine-tune BertForMultipleChoice with the paper's protocol; returns the results.json content.
+                             dropout: float | None = 0.1, logging_steps: int = 50, eval_steps: int = 0,
+                             reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> TaskResult:
+    """Fine-tune BertForMultipleChoice with the paper's protocol; the TaskResult's document is results.json.
 
     Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev.
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
-    given) and model/ (the best run, Hugging Face layout)."""
-    from ..heads import BertForMultipleChoice
-
-    log = log or (lambda message: None)
-    train = read_swag_file(train_file, skip_bad_rows)
+    given), model/ (the best run, Hugging Face layout) and metrics.jsonl (the best run's; every
+    run's in runs/<run>/). `reader(path, skip_bad_rows)` reads each file (default: SWAG's layout)."""
+    train = reader(train_file, skip_bad_rows)
     if dev_file is not None:
-        dev = read_swag_file(dev_file, skip_bad_rows)
+        dev = reader(dev_file, skip_bad_rows)
     elif dev_fraction:
         train, dev = split_dev(train, dev_fraction, split_seed)
     else:
@@ -185,7 +197,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
         unlabelled = [e for e in split if e.label is None]
         if unlabelled:
             raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
-    test = read_swag_file(test_file, skip_bad_rows) if test_file is not None else None
+    test = reader(test_file, skip_bad_rows) if test_file is not None else None
 
     tokenizer = model_tokenizer(model_dir)
     train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
@@ -194,12 +206,12 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     overrides = {} if dropout is None else dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
 
     def build_model():
-        return BertForMultipleChoice.from_pretrained(model_dir, **overrides)
+        return HEAD.from_pretrained(model_dir, **overrides)
 
     def choose(model, features) -> list[int]:
-        logits = predict(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                         precision=predict_precision(model, precision))["logits"]
-        return [int(v.argmax()) for v in logits]
+        logits = predict_batches(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
+                                 precision=predict_precision(model, precision))["logits"]
+        return choices(logits)
 
     def evaluate(model):
         predictions = choose(model, dev_features)
@@ -207,20 +219,23 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
 
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
     name = Path(train_file).stem
-    log(f"{name}: {len(train_features)} train / {len(dev_features)} dev examples "
-        f"({len(train[0].endings)} endings each), {len(configs)} run(s), max length {max_seq_length}")
+    log.info(f"{name}: {len(train_features)} train / {len(dev_features)} dev examples "
+             f"({len(train[0].endings)} endings each), {len(configs)} run(s), max length {max_seq_length}")
     skipped = {"train": len(train.skipped), "dev": len(dev.skipped), "test": len(test.skipped) if test else 0}
     if any(skipped.values()):
-        log(f"{name}: skipped malformed rows: {skipped}")
+        log.warning(f"{name}: skipped malformed rows: {skipped}")
+    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
     best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m["accuracy"],
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name, log=log)
-    results = results_document("swag", best, runs, {
+                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
+                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps)
+    results = results_document(task_name, best, runs, {
         "train_file": str(train_file), "dev_file": str(dev_file) if dev_file else None,
         "dev_fraction": None if dev_file else dev_fraction, "split_seed": None if dev_file else split_seed,
         "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
         "max_seq_length": max_seq_length, "skipped_rows": skipped, "selection": "best dev accuracy"})
-
+    result = TaskResult(task=task_name, metric="accuracy", metrics=best.metrics,
+                        run_metrics=[r.metrics for r in runs], document=results)
     if output_dir is not None:
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -233,9 +248,16 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
             if all(e.label is not None for e in test):  # a labelled test file: score it too
                 results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
         model.save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(runs_dir, best, out)
         write_json(out / "results.json", results)
-        log(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
-    return results
+        result.output_dir, result.model_dir = str(out), str(out / "model")
+        log.info(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
+    return result
+
+
+def choices(logits: Sequence[torch.Tensor]) -> list[int]:
+    """Per example, the ending with the highest score."""
+    return [int(v.argmax()) for v in logits]
 
 
 def add_finetune_arguments(parser) -> None:
@@ -253,6 +275,38 @@ def run_finetune(args) -> int:
     check_finetune_output(args)
     options = sweep_options(args)
     finetune_multiple_choice(args.model, args.train_file, args.dev_file, args.output, test_file=args.test_file,
-                             dev_fraction=args.dev_fraction, split_seed=args.split_seed, **options,
-                             log=lambda message: print(message, flush=True))
+                             dev_fraction=args.dev_fraction, split_seed=args.split_seed, **options)
     return 0
+
+
+# ---------------------------------------------------------------- the task surface and its benchmarks
+
+HEAD = BertForMultipleChoice
+read = read_swag_file
+featurize = multiple_choice_features
+postprocess = choices
+score = accuracy
+finetune = finetune_multiple_choice
+
+# Benchmark -> its file under the data folder (no dev file: a seeded fraction of it is held out)
+MC_FILES = {"codah": "multiple-choice/codah.csv", "hellaswag": "multiple-choice/hellaswag_val.csv",
+            "swag": "multiple-choice/swag_train.csv"}
+
+
+def run_benchmark(name: str, settings: BenchmarkSettings) -> TaskResult:
+    ft, cfg = settings.finetune, settings.task
+    result = finetune_multiple_choice(
+        str(settings.model_dir), str(settings.data_dir / MC_FILES[name]), output_dir=str(settings.output_dir),
+        dev_fraction=cfg.get("dev_fraction", 0.2), batch_sizes=[cfg.get("batch_size", 16)],
+        max_seq_length=settings.max_seq_length(), max_train_examples=cfg.get("max_train_examples"),
+        learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"], precision=settings.precision)
+    return dataclasses.replace(result, task=name)
+
+
+def _benchmark(name: str) -> Benchmark:
+    label = {"hellaswag": "HellaSwag"}.get(name, name.upper())
+    return Benchmark(name=name, label=label, has_data=lambda data_dir: (data_dir / MC_FILES[name]).is_file(),
+                     run=lambda settings: run_benchmark(name, settings))
+
+
+BENCHMARKS = tuple(_benchmark(name) for name in MC_FILES)

@@ -1,4 +1,4 @@
-"""CoNLL-2003 named-entity recognition (paper §5.3): read, window, fine-tune, predict, score.
+"""CoNLL-2003 named-entity recognition (paper §5.3): fine-tune, predict, score.
 
 The paper's recipe: a linear layer on each token's final vector, the label of a word taken at its
 first WordPiece (other pieces are ignored: label -100 in training, skipped at prediction), no CRF,
@@ -8,6 +8,12 @@ Scores are conlleval's chunk precision / recall / F1 (bertkit.metrics.conll).
 
 Tags stay as the file gives them (IOB1 or IOB2, detected and recorded); `tag_scheme="iob2"`
 converts IOB1 training tags to IOB2; predictions are always written back in the file's scheme.
+
+The task surface (tasks/common.py): read = `read_conll` and featurize = `ner_features` (both in
+conll_data.py, shared with the feature-based tagger in ner_features.py), HEAD =
+BertForTokenClassification, postprocess = `predict_ner`'s first-piece argmax, score =
+`evaluate_conll`, finetune = `finetune_ner` -> TaskResult (`--feature-based`:
+ner_features.train_feature_based_ner).
 """
 
 from __future__ import annotations
@@ -15,8 +21,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -24,285 +28,24 @@ from typing import Sequence
 import torch
 
 from .. import flags
+from ..batching import FeatureSource, predict_batches
+from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
-from ..outputs import atomic_open, write_json
-from ..hub import model_tokenizer
+from ..heads import BertForTokenClassification
+from ..hub import load_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
-from .common import (MIN_SEQ_LENGTH, FeatureSource, RunResult, add_overwrite_argument, check_finetune_output, grid,
-                     parse_list, predict, run_sweep, summarize)
+from ..outputs import write_json
+from ..train import Phase, TrainArgs, fit
+from .common import (MIN_SEQ_LENGTH, Benchmark, BenchmarkSettings, RunResult, TaskResult, add_data_dir_argument,
+                     add_max_examples_arguments, add_overwrite_argument, check_finetune_output, grid, parse_list,
+                     publish_best_metrics, run_name, run_sweep, subsample, summarize)
+from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
+                         read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
+from .ner_features import train_feature_based_ner
 
 log = logging.getLogger("bertkit")
 
-DOCSTART = "-DOCSTART-"
-SPLITS = ("train", "valid", "test")
 MODEL_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels")
-TAG_SCHEMES = ("file", "iob2")  # --tag-scheme: keep the file's tags, or convert IOB1 -> IOB2
-
-
-# ---------------------------------------------------------------- reading
-
-@dataclasses.dataclass
-class Sentence:
-    words: list[str]
-    tags: list[str]  # NER tags exactly as in the file
-    document: int  # index of the document (-DOCSTART- block) in the file, from 0
-    line: int  # line number of the first word
-
-
-@dataclasses.dataclass
-class ConllData:
-    path: str
-    sentences: list[Sentence]
-    num_documents: int
-    scheme: str  # "IOB1" or "IOB2": how the file marks chunk starts
-    bad_rows: int = 0  # lines skipped with skip_bad_rows
-
-    def documents(self) -> list[list[int]]:
-        """Sentence indices of each non-empty document, in file order."""
-        return _group_by_document(self.sentences)
-
-
-def _group_by_document(sentences: Sequence[Sentence]) -> list[list[int]]:
-    groups: list[list[int]] = []
-    previous = None
-    for index, sentence in enumerate(sentences):
-        if sentence.document != previous:
-            groups.append([])
-            previous = sentence.document
-        groups[-1].append(index)
-    return groups
-
-
-def _valid_tag(tag: str) -> bool:
-    return tag == "O" or (len(tag) > 2 and tag[:2] in ("B-", "I-"))
-
-
-def read_conll(path: str | Path, skip_bad_rows: bool = False) -> ConllData:
-    """Read a CoNLL-2003 file: one `token POS chunk NER` line per word (any fixed number of columns
-    >= 2; the first is the word, the last the NER tag), a blank line between sentences,
-    `-DOCSTART-` lines between documents. A file without -DOCSTART- is one document."""
-    path = str(path)
-    sentences: list[Sentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    first_line = 0
-    document = -1
-    columns = first_columns_line = None
-    bad_rows = 0
-
-    def close_sentence():
-        nonlocal words, tags, document
-        if words:
-            document = max(document, 0)
-            sentences.append(Sentence(words, tags, document, first_line))
-        words, tags = [], []
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                fields = line.split()
-                if not fields:
-                    close_sentence()
-                    continue
-                if fields[0] == DOCSTART:
-                    close_sentence()
-                    document += 1
-                    continue
-                problem = None
-                if len(fields) < 2:
-                    problem = f"expected a word and its NER tag, found {line.strip()!r}"
-                elif columns is not None and len(fields) != columns:
-                    problem = (f"expected {columns} space-separated columns (token POS chunk NER) "
-                               f"like line {first_columns_line}, found {len(fields)}")
-                elif not _valid_tag(fields[-1]):
-                    problem = f"NER tag {fields[-1]!r} is not IOB (expected O, B-TYPE or I-TYPE)"
-                if problem is not None:
-                    if skip_bad_rows:
-                        bad_rows += 1
-                        continue
-                    raise BertkitError(problem, path=path, line=line_number)
-                if columns is None:
-                    columns, first_columns_line = len(fields), line_number
-                if not words:
-                    first_line = line_number
-                words.append(fields[0])
-                tags.append(fields[-1])
-            close_sentence()
-    except FileNotFoundError:
-        raise BertkitError("CoNLL file not found", path=path) from None
-    except IsADirectoryError:
-        raise BertkitError("is a directory, expected a CoNLL file", path=path) from None
-    except UnicodeDecodeError as err:
-        raise BertkitError(f"not UTF-8 text ({err.reason})", path=path) from None
-    if not sentences:
-        raise BertkitError("no sentences found", path=path)
-    if bad_rows:
-        log.warning("%s: skipped %d malformed lines", path, bad_rows)
-    scheme = detect_scheme([s.tags for s in sentences])
-    return ConllData(path, sentences, max(document + 1, 1), scheme, bad_rows)
-
-
-# ---------------------------------------------------------------- tag schemes
-
-def _type(tag: str) -> str | None:
-    return None if tag == "O" else tag[2:]
-
-
-def detect_scheme(tag_sequences: Sequence[Sequence[str]]) -> str:
-    """IOB1 when some chunk starts with I- (after O or after another type); else IOB2, where every
-    chunk starts with B-."""
-    for tags in tag_sequences:
-        previous = None
-        for tag in tags:
-            if tag.startswith("I-") and _type(tag) != previous:
-                return "IOB1"
-            previous = _type(tag)
-    return "IOB2"
-
-
-def to_iob2(tags: Sequence[str]) -> list[str]:
-    """Every chunk starts with B-. Also normalises any IOB tagging (e.g. a model's raw output)
-    without changing the chunks conlleval reads: an I- that cannot continue becomes B-."""
-    out, previous = [], None
-    for tag in tags:
-        if tag.startswith("I-") and _type(tag) != previous:
-            tag = "B-" + tag[2:]
-        out.append(tag)
-        previous = _type(tag)
-    return out
-
-
-def to_iob1(tags: Sequence[str]) -> list[str]:
-    """IOB1: chunks start with I-; B- only where a chunk directly follows one of the same type."""
-    out, previous = [], None
-    for tag in to_iob2(tags):
-        if tag.startswith("B-") and _type(tag) != previous:
-            tag = "I-" + tag[2:]
-        out.append(tag)
-        previous = _type(tag)
-    return out
-
-
-def to_scheme(tags: Sequence[str], scheme: str) -> list[str]:
-    return to_iob1(tags) if scheme == "IOB1" else to_iob2(tags)
-
-
-def label_list(tag_sequences: Sequence[Sequence[str]]) -> list[str]:
-    """'O' first, then B-/I- per type in alphabetical order of type."""
-    found = {t for tags in tag_sequences for t in tags}
-    found.add("O")
-    return sorted(found, key=lambda t: (t != "O", _type(t) or "", t[:1]))
-
-
-# ---------------------------------------------------------------- windows
-
-def word_pieces(tokenizer, sentences: Sequence[Sentence]) -> list[list[list[int]]]:
-    """WordPiece ids of every word (per sentence, per word). Words are tokenized on their own,
-    which equals tokenizing the sentence: BERT's basic step splits on whitespace anyway. A word
-    with no pieces (only control characters) becomes [UNK], so every word has a first piece."""
-    unique = sorted({w for s in sentences for w in s.words})
-    pieces = tokenizer.tokenize_batch(unique)
-    ids = {w: (tokenizer.convert_tokens_to_ids(p) if p else [tokenizer.unk_token_id]) for w, p in zip(unique, pieces)}
-    return [[ids[w] for w in s.words] for s in sentences]
-
-
-def _chunks(costs: Sequence[int], budget: int) -> list[tuple[int, int]]:
-    """Split a sentence into consecutive word ranges of at most `budget` pieces (greedy). A single
-    word longer than the budget gets a range of its own (its pieces are cut to the budget)."""
-    ranges, start, used = [], 0, 0
-    for index, cost in enumerate(costs):
-        if index > start and used + cost > budget:
-            ranges.append((start, index))
-            start, used = index, 0
-        used += cost
-    ranges.append((start, len(costs)))
-    return ranges
-
-
-def ner_features(sentences: Sequence[Sentence], tokenizer, label2id: dict[str, int] | None = None,
-                 max_seq_length: int = 128, doc_context: bool = False,
-                 pieces: list[list[list[int]]] | None = None) -> list[dict]:
-    """One model input per window: `[CLS] left-context centre right-context [SEP]`.
-
-    The centre is a sentence, or a part of one too long for the window (its remaining words get
-    their own continuation windows, so no word is dropped). Context fills the rest of the window
-    alternately from the left and the right: first the other words of the same sentence, then
-    (with doc_context) whole neighbouring sentences of the same document; the unit that no longer
-    fits contributes its words nearest the centre and closes that side.
-
-    Labels: the word's tag id at the first piece of each centre word, -100 everywhere else (context
-    words and later pieces are not trained on). Metadata: `sentence` (index into sentences),
-    `word_start` (first centre word) and `first_pieces` (token position of each centre word).
-    """
-    if max_seq_length < 3:
-        raise BertkitError(f"max_seq_length must be at least 3 ([CLS] word [SEP]), not {max_seq_length}")
-    budget = max_seq_length - 2
-    pieces = pieces if pieces is not None else word_pieces(tokenizer, sentences)
-    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    features = []
-    for document in _group_by_document(sentences) if doc_context else [[i] for i in range(len(sentences))]:
-        for position, s in enumerate(document):
-            words = pieces[s]
-            for start, end in _chunks([len(p) for p in words], budget):
-                centre = [p[:budget] for p in words[start:end]]
-                used = sum(len(p) for p in centre)
-                # Context units, nearest first: the rest of this sentence, then neighbouring sentences.
-                left_units = [words[:start]] + [pieces[t] for t in reversed(document[:position])]
-                right_units = [words[end:]] + [pieces[t] for t in document[position + 1:]]
-                left, right, used = _fill_context(left_units, right_units, budget - used)
-                ids = [cls_id] + [i for p in left for i in p]
-                first_pieces = []
-                for p in centre:
-                    first_pieces.append(len(ids))
-                    ids.extend(p)
-                ids += [i for p in right for i in p] + [sep_id]
-                labels = [-100] * len(ids)
-                if label2id is not None:
-                    for position_in_window, tag in zip(first_pieces, sentences[s].tags[start:end]):
-                        labels[position_in_window] = label2id.get(tag, -100)
-                features.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids),
-                                 "labels": labels, "sentence": s, "word_start": start, "first_pieces": first_pieces})
-    return features
-
-
-def _fill_context(left_units, right_units, room: int):
-    """Take whole units alternately from the left and the right while they fit; the first unit
-    that does not fit on a side gives the words nearest the centre that do, and closes the side.
-    Returns (left words in text order, right words in text order, room left)."""
-    left: list[list[int]] = []
-    right: list[list[int]] = []
-    queues = {"left": list(left_units), "right": list(right_units)}
-    open_sides = ["left", "right"]
-    turn = 0
-    while open_sides and room > 0:
-        side = open_sides[turn % len(open_sides)]
-        queue = queues[side]
-        if not queue:
-            open_sides.remove(side)
-            continue
-        unit = queue.pop(0)
-        cost = sum(len(p) for p in unit)
-        if cost <= room:
-            taken = unit
-        else:
-            # Nearest words first: the end of a left unit, the start of a right one.
-            taken, used = [], 0
-            for p in (reversed(unit) if side == "left" else unit):
-                if used + len(p) > room:
-                    break
-                taken.append(p)
-                used += len(p)
-            if side == "left":
-                taken.reverse()
-            open_sides.remove(side)
-        if side == "left":
-            left[:0] = taken
-        else:
-            right.extend(taken)
-        room -= sum(len(p) for p in taken)
-        if side in open_sides:
-            turn += 1
-    return left, right, room
 
 
 # ---------------------------------------------------------------- prediction
@@ -312,8 +55,6 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
                 id2label: dict[int, str] | None = None, device=None, precision: str = "fp32",
                 features: list[dict] | None = None) -> list[list[str]]:
     """Tags for every word of every sentence, argmax at each word's first piece, in `scheme`."""
-    from ..device import pick_device, resolve_precision
-
     id2label = id2label or model.config.id2label
     if not id2label:
         raise BertkitError("the model has no id2label in its config: which tag is which output?")
@@ -325,7 +66,7 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
     precision = resolve_precision(precision, device)
     if features is None:
         features = ner_features(sentences, tokenizer, None, max_seq_length, doc_context)
-    logits = predict(model, features, batch_size=batch_size, device=device, precision=precision)["logits"]
+    logits = predict_batches(model, features, batch_size=batch_size, device=device, precision=precision)["logits"]
     predicted: list[list[str | None]] = [[None] * len(s.words) for s in sentences]
     for feature, window_logits in zip(features, logits):
         best = window_logits[feature["first_pieces"]].argmax(-1).tolist()
@@ -338,47 +79,8 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
     return [to_scheme(row, scheme) for row in predicted]
 
 
-def write_predictions(path: str | Path, sentences: Sequence[Sentence], predicted: Sequence[Sequence[str]]) -> None:
-    """conlleval input: `token gold predicted` per line, a blank line between sentences."""
-    with atomic_open(path) as handle:
-        for sentence, tags in zip(sentences, predicted):
-            for word, gold, guess in zip(sentence.words, sentence.tags, tags):
-                handle.write(f"{word} {gold} {guess}\n")
-            handle.write("\n")
-
-
-# ---------------------------------------------------------------- data location and tokenizer
-
-def find_conll_files(data_dir: str | Path | None) -> dict[str, Path]:
-    """DATA/conll2003/{train,valid,test}.txt or DATA/{train,valid,test}.txt; DATA defaults to
-    $BERTKIT_DATA. train and valid are required, test is used when present."""
-    if data_dir is None:
-        data_dir = os.environ.get("BERTKIT_DATA")
-        if not data_dir:
-            raise BertkitError("no data directory: pass --data-dir or set BERTKIT_DATA")
-    root = Path(data_dir)
-    for folder in (root / "conll2003", root):
-        if (folder / "train.txt").is_file():
-            files = {split: folder / f"{split}.txt" for split in SPLITS if (folder / f"{split}.txt").is_file()}
-            if "valid" not in files:
-                raise BertkitError("valid.txt (the dev set) is missing", path=str(folder))
-            return files
-    raise BertkitError("expected conll2003/train.txt or train.txt (with valid.txt, test.txt)", path=str(root))
-
-
-def load_tokenizer(model_dir: str | Path, cased: bool | None = None):
-    """The model directory's tokenizer; `cased` overrides its do_lower_case."""
-    tokenizer = model_tokenizer(model_dir, do_lower_case=None if cased is None else not cased)
-    if cased:
-        upper_case_pieces = sum(any(c.isupper() for c in t) for t in tokenizer.ids_to_tokens if not t.startswith("["))
-        if upper_case_pieces < 0.001 * tokenizer.vocab_size:  # cased English vocabularies have thousands
-            log.warning("--cased with a vocabulary that has (almost) no upper-case pieces: capitalised words "
-                        "will become [UNK] or be split badly")
-    return tokenizer
-
-
 def _limit(data: ConllData, n: int | None) -> list[Sentence]:
-    return data.sentences if n is None else data.sentences[: max(0, n)]
+    return subsample(data.sentences, n, contiguous=True)  # whole documents stay together for doc_context
 
 
 # ---------------------------------------------------------------- fine-tuning
@@ -387,26 +89,31 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  learning_rates: Sequence[float] = (5e-5,), epochs: Sequence[float] = (3,),
                  batch_sizes: Sequence[int] = (32,), seeds: Sequence[int] = (42,), max_seq_length: int = 128,
                  doc_context: bool = False, precision: str = "auto", device: str = "auto",
-                 max_train_sentences: int | None = None, max_eval_sentences: int | None = None,
+                 max_train_examples: int | None = None, max_eval_examples: int | None = None,
                  tag_scheme: str = "file", cased: bool | None = None, warmup_ratio: float = 0.1,
-                 eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None) -> dict:
+                 eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
+                 data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
+                 logging_steps: int = 50) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
-    Writes to output_dir (when given): results.json, dev_predictions.txt, test_predictions.txt,
-    the best model in the Hugging Face layout (id2label in config.json) with its tokenizer, and
-    runs/<name>/metrics.jsonl per run. Returns the results dict."""
-    from ..device import pick_device, resolve_precision
-    from ..heads import BertForTokenClassification
-    from ..train import Phase, TrainArgs, fit
-
+    `data` ({"train", "valid"[, "test"]: ConllData}) replaces the files of data_dir (a user's own
+    files, bertkit.tasks.custom); `select_on` is the dev score that picks the best run ("f1", or
+    "accuracy" for a tag set without chunks). Writes to output_dir (when given): results.json,
+    dev_predictions.txt, test_predictions.txt, model/ (the best model in the Hugging Face layout,
+    id2label in config.json, with its tokenizer), runs/<name>/metrics.jsonl per run and the best
+    run's metrics.jsonl in output_dir. `max_train_examples` / `max_eval_examples` keep the first N
+    sentences. The TaskResult's document is results.json."""
     if tag_scheme not in TAG_SCHEMES:
         raise BertkitError(f"tag_scheme must be one of {', '.join(TAG_SCHEMES)}, not {tag_scheme!r}")
-    files = find_conll_files(data_dir)
-    data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
+    if data is None:
+        files = find_conll_files(data_dir)
+        data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
+    else:
+        files = {split: d.path for split, d in data.items()}
     tokenizer = load_tokenizer(model_dir, cased)
-    train_sentences = _limit(data["train"], max_train_sentences)
-    eval_sets = {split: _limit(data[split], max_eval_sentences) for split in ("valid", "test") if split in data}
+    train_sentences = _limit(data["train"], max_train_examples)
+    eval_sets = {split: _limit(data[split], max_eval_examples) for split in ("valid", "test") if split in data}
     file_scheme = data["train"].scheme
     convert = tag_scheme == "iob2" and file_scheme == "IOB1"
     train_tags = [to_iob2(s.tags) if convert else s.tags for s in train_sentences]
@@ -428,15 +135,15 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         return evaluate_conll([s.tags for s in sents], predicted), predicted
 
     def run_one(config: dict) -> RunResult:
-        name = f"lr{config['learning_rate']:g}_ep{config['epochs']:g}_bs{config['batch_size']}_seed{config['seed']}"
+        name = run_name(config)
         started = time.perf_counter()
         torch.manual_seed(config["seed"])  # the new head's initialisation differs per restart
-        model = BertForTokenClassification.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label)
+        model = HEAD.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label)
         source = FeatureSource(train_features, config["batch_size"], seed=config["seed"], model_keys=MODEL_KEYS,
                                pad_token_id=tokenizer.pad_token_id)
         args = TrainArgs(output_dir=str(out / "runs" / name) if out else None, learning_rate=config["learning_rate"],
-                         warmup_ratio=warmup_ratio, precision=precision, device=device, seed=config["seed"],
-                         save_final_model=False, progress=progress)
+                         warmup_ratio=warmup_ratio, weight_decay=weight_decay, precision=precision, device=device,
+                         seed=config["seed"], logging_steps=logging_steps, save_final_model=False, progress=progress)
         train = fit(model, Phase(source, epochs=config["epochs"], name="ner"), args)
         scores, predictions = {}, {}
         for split in eval_sets:
@@ -444,10 +151,9 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         metrics = {f"{'dev' if split == 'valid' else split}_{k}": v for split, r in scores.items()
                    for k, v in r.items() if k in ("precision", "recall", "f1", "accuracy")}
         metrics["train_seq_per_s"] = train.sequences_per_second
-        if progress is not False:  # one line per finished run, like the other tasks
-            print(f"ner {name}: dev F1 {scores['valid']['f1']:.4f}"
-                  + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""), file=sys.stderr)
-        return RunResult(config, metrics, scores["valid"]["f1"], time.perf_counter() - started,
+        log.info(f"ner {name}: dev F1 {scores['valid']['f1']:.4f}"  # one line per finished run, like the other tasks
+                 + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""))
+        return RunResult(config, metrics, scores["valid"][select_on], time.perf_counter() - started,
                          artifacts={"model": model, "scores": scores, "predictions": predictions})
 
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
@@ -456,6 +162,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     results = {
         "task": "ner",
         "model": str(model_dir),
+        "selection": f"best dev {select_on}",
         "files": {split: str(path) for split, path in files.items()},
         "tag_scheme": {"file": file_scheme, "training": "IOB2" if convert else file_scheme},
         "labels": labels,
@@ -473,14 +180,18 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  for r, s in zip(runs, all_scores)],
         "summary": summarize(runs),
     }
+    result = TaskResult(task="ner", metric="f1", metrics=best.artifacts["scores"]["valid"],
+                        run_metrics=[s["valid"] for s in all_scores], document=results)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        best.artifacts["model"].save_pretrained(out, tokenizer=tokenizer)
+        best.artifacts["model"].save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(out / "runs", best, out)
         for split, name in (("valid", "dev_predictions.txt"), ("test", "test_predictions.txt")):
             if split in eval_sets:
                 write_predictions(out / name, eval_sets[split], best.artifacts["predictions"][split])
         write_json(out / "results.json", results)
-    return results
+        result.output_dir, result.model_dir = str(out), str(out / "model")
+    return result
 
 
 # ---------------------------------------------------------------- CLI: bertkit finetune ner / evaluate conll
@@ -491,8 +202,7 @@ FEATURE_VARIANTS_HELP = ("embeddings, last, second-to-last, sum-last-four, conca
 
 def add_finetune_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
-    parser.add_argument("--data-dir", default=None,
-                        help="folder with conll2003/{train,valid,test}.txt or {train,valid,test}.txt (default $BERTKIT_DATA)")
+    add_data_dir_argument(parser, "conll2003/{train,valid,test}.txt or {train,valid,test}.txt")
     parser.add_argument("--output", required=True, help="output directory")
     add_overwrite_argument(parser)
     parser.add_argument("--learning-rate", default=None, type=flags.comma_list(flags.positive_float),
@@ -510,9 +220,7 @@ def add_finetune_arguments(parser) -> None:
     case.add_argument("--cased", dest="cased", action="store_true", default=None,
                       help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
-    parser.add_argument("--max-train-sentences", type=flags.positive_int, default=None, help="use only the first N training sentences")
-    parser.add_argument("--max-eval-sentences", type=flags.positive_int, default=None,
-                        help="score only the first N dev and test sentences (quick runs)")
+    add_max_examples_arguments(parser, "--max-train-sentences", "--max-eval-sentences", how="the first N sentences")
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
@@ -530,8 +238,6 @@ def run_finetune(args) -> int:
     seeds = parse_list(args.seed, int)
     batch_sizes = parse_list(args.batch_size, int)
     if args.feature_based:
-        from ..features import train_feature_based_ner
-
         if len(seeds) > 1 or len(batch_sizes) > 1:
             raise BertkitError("--feature-based takes one --seed and one --batch-size")
         learning_rates = parse_list(args.learning_rate or "1e-3")
@@ -542,9 +248,9 @@ def run_finetune(args) -> int:
             args.model, args.data_dir, args.output, variants=parse_list(args.layers, str), lstm_size=args.lstm_size,
             learning_rate=learning_rates[0], epochs=epochs[0], batch_size=batch_sizes[0], seed=seeds[0],
             max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
-            device=args.device, max_train_sentences=args.max_train_sentences,
-            max_eval_sentences=args.max_eval_sentences, tag_scheme=args.tag_scheme, cased=args.cased,
-            dropout=args.lstm_dropout, skip_bad_rows=args.skip_bad_rows)
+            device=args.device, max_train_examples=args.max_train_examples,
+            max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
+            dropout=args.lstm_dropout, skip_bad_rows=args.skip_bad_rows).document
         summary = {v: {"dev_f1": r["dev"]["f1"], "test_f1": (r.get("test") or {}).get("f1")}
                    for v, r in results["variants"].items()}
     else:
@@ -552,9 +258,10 @@ def run_finetune(args) -> int:
             args.model, args.data_dir, args.output, learning_rates=parse_list(args.learning_rate or "5e-5"),
             epochs=parse_list(args.epochs or "3"), batch_sizes=batch_sizes, seeds=seeds,
             max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
-            device=args.device, max_train_sentences=args.max_train_sentences,
-            max_eval_sentences=args.max_eval_sentences, tag_scheme=args.tag_scheme, cased=args.cased,
-            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size, skip_bad_rows=args.skip_bad_rows)
+            device=args.device, max_train_examples=args.max_train_examples,
+            max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
+            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size,
+            skip_bad_rows=args.skip_bad_rows).document
         summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
                    "test_f1": (results["best"]["test"] or {}).get("f1")}
     bad = {k: v for k, v in results["bad_rows"].items() if v}
@@ -574,5 +281,32 @@ def run_evaluate(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- the task surface and its benchmark
+
+HEAD = BertForTokenClassification
+read = read_conll
+featurize = ner_features
+postprocess = predict_ner
+score = evaluate_conll
+finetune = finetune_ner
+
+
+def run_benchmark(settings: BenchmarkSettings) -> TaskResult:
+    """CoNLL-2003 at a reproduction budget's settings (budgets written before the flags were renamed
+    say max_train_sentences / max_eval_sentences)."""
+    ft, cfg = settings.finetune, settings.task
+    return finetune_ner(
+        str(settings.model_dir), str(settings.data_dir), output_dir=str(settings.output_dir),
+        batch_sizes=[ft["batch_size"]], max_seq_length=settings.max_seq_length(),
+        max_train_examples=cfg.get("max_train_examples", cfg.get("max_train_sentences")),
+        max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_eval_sentences")),
+        learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"], precision=settings.precision,
+        progress=False)
+
+
+BENCHMARKS = (Benchmark(name="ner", label="CoNLL NER F1",
+                        has_data=lambda data_dir: (data_dir / "conll2003" / "train.txt").is_file(), run=run_benchmark),)
+
 __all__ = ["Sentence", "ConllData", "read_conll", "detect_scheme", "to_iob1", "to_iob2", "label_list",
-           "word_pieces", "ner_features", "predict_ner", "write_predictions", "find_conll_files", "load_tokenizer", "finetune_ner"]
+           "word_pieces", "ner_features", "predict_ner", "write_predictions", "find_conll_files", "load_tokenizer",
+           "finetune_ner", "train_feature_based_ner"]

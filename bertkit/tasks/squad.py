@@ -40,32 +40,44 @@ dev-v2.0 in two: train on one part, evaluate (and tune tau) on the other, never 
 `--article-split F` keeps a seeded random fraction F of the training file's articles (by title)
 for training and drops every dev article with one of those titles. Any v2.0-format file works as
 `--train-file`.
+
+The task surface (tasks/common.py): read = `read_squad`, featurize = `squad_windows`, HEAD =
+BertForQuestionAnswering, postprocess = `postprocess_predictions`, score = `score_predictions`,
+finetune = `finetune_squad` and predict = `predict_squad_file`, both -> TaskResult (the official
+scripts report percent; the TaskResult's metrics are fractions, its document keeps the official
+numbers). The fine-tuned model is saved in OUTPUT/model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
 from .. import flags
+from ..batching import FeatureSource, predict_batches
+from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
+from ..heads import BertForQuestionAnswering
 from ..hub import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
 from ..outputs import check_output_dir, write_json
-from .common import MIN_SEQ_LENGTH, add_overwrite_argument, check_finetune_output
+from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
+from .common import (MIN_SEQ_LENGTH, PERCENT, Benchmark, BenchmarkSettings, TaskResult, add_max_examples_arguments,
+                     add_overwrite_argument, check_finetune_output, deprecated, subsample)
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
-                            article_split, check_is_max_context, read_squad, sample_examples, squad_json,
-                            squad_windows)
+                            article_split, check_is_max_context, read_squad, squad_json, squad_windows)
 
 __all__ = ["SquadAnswer", "SquadExample", "SquadData", "SquadPredictions", "read_squad", "squad_json",
            "squad_windows", "check_is_max_context", "postprocess_predictions", "predict_squad",
-           "score_predictions", "finetune_squad", "predict_squad_file", "article_split", "sample_examples"]
+           "score_predictions", "finetune_squad", "predict_squad_file", "article_split"]
+
+log = logging.getLogger("bertkit")
 
 NO_SPAN_NULL_ODDS = 1e6  # the original's "large and positive" null-score sentinel
 
@@ -198,14 +210,11 @@ def predict_squad(model, tokenizer, examples: Sequence[SquadExample], version_2_
                   n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
                   batch_size: int = 64, device=None, precision: str = "fp32") -> SquadPredictions:
     """Windows -> start/end logits (BertForQuestionAnswering) -> the original's post-processing."""
-    from ..device import pick_device, resolve_precision
-    from .common import predict
-
     if device is not None:
         model.to(pick_device(device) if isinstance(device, str) else device)
     run_device = next(model.parameters()).device
     windows = squad_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length, training=False)
-    outputs = predict(model, WindowInputs(windows.windows), batch_size=batch_size,
+    outputs = predict_batches(model, WindowInputs(windows.windows), batch_size=batch_size,
                       output_keys=("start_logits", "end_logits"), pad_token_id=tokenizer.pad_token_id,
                       device=run_device, precision=resolve_precision(precision, run_device))
     return postprocess_predictions(examples, windows.windows, outputs["start_logits"], outputs["end_logits"],
@@ -240,6 +249,23 @@ def _scored(examples: Sequence[SquadExample], result: SquadPredictions, search_t
     return score_predictions(examples, result, search_threshold)
 
 
+def headline_metrics(metrics: dict | None) -> dict:
+    """The official metrics at the applied null threshold (v2.0: the searched one when searched), as
+    fractions: exact match and F1 (and their HasAns / NoAns parts) divided by 100; counts left out."""
+    if not metrics:
+        return {}
+    applied = metrics.get("best_threshold") or metrics.get("default_threshold") or metrics
+    return {k: v / PERCENT for k, v in applied.items()
+            if isinstance(v, (int, float)) and ("exact" in k or "f1" in k) and "thresh" not in k}
+
+
+def _result(record: dict, output_dir) -> TaskResult:
+    metrics = headline_metrics(record.get("metrics"))
+    task = "squad2" if record.get("version") == "2.0" else "squad"
+    return TaskResult(task=task, metric="f1", metrics=metrics, run_metrics=[metrics] if metrics else [],
+                      document=record, output_dir=str(output_dir))
+
+
 # --------------------------------------------------------------------------- fine-tune and predict (files)
 
 
@@ -250,19 +276,16 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
                    n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
                    search_null_threshold: bool = True, seed: int = 42, precision: str = "auto",
                    device: str = "auto", max_train_examples: int | None = None,
-                   max_dev_examples: int | None = None, subset_seed: int = 0,
+                   max_eval_examples: int | None = None, subset_seed: int = 0,
                    article_split_fraction: float | None = None, split_seed: int = 0,
                    eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                    skip_bad_rows: bool = False, logging_steps: int = 50, save_steps: int = 0,
-                   resume: bool = False, progress: bool | None = None) -> dict:
+                   resume: bool = False, progress: bool | None = None) -> TaskResult:
     """Fine-tune BertForQuestionAnswering on a SQuAD file with `train.fit` (linear warm-up over
     `warmup_ratio` of the steps, then decay), save it (HF layout) in output_dir, predict the dev
     file there and score it. `batch_size` is the effective batch: micro-batches of
-    batch_size / grad_accum. Returns (and writes as results.json) the run's record."""
-    from ..heads import BertForQuestionAnswering
-    from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
-    from .common import FeatureSource
-
+    batch_size / grad_accum. Checkpoints go to output_dir, the final model to output_dir/model;
+    the TaskResult's document is the run's record (results.json)."""
     if batch_size < 1 or grad_accum < 1 or batch_size % grad_accum:
         raise BertkitError(f"--batch-size {batch_size} must be a positive multiple of --grad-accum {grad_accum}")
     output_dir = Path(output_dir)
@@ -285,27 +308,28 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
                         "training_articles": sorted(training_articles)}
         if dev_data is not None and not dev_examples:
             raise BertkitError("the article split leaves no dev questions", path=str(dev_file))
-    train_examples = sample_examples(train_examples, max_train_examples, subset_seed)
-    dev_examples = sample_examples(dev_examples, max_dev_examples, subset_seed)
+    train_examples = subsample(train_examples, max_train_examples, subset_seed)
+    dev_examples = subsample(dev_examples, max_eval_examples, subset_seed)
 
     for example in train_examples:
         if not example.is_impossible and not example.answers:
             raise BertkitError(f"training question {example.qid} is answerable but has no answer", path=str(train_file))
     windows = squad_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, training=True)
     if windows.skipped_unrecoverable:
-        print(f"skipped {len(windows.skipped_unrecoverable)} training questions whose answer text is not at "
-              f"answer_start (as the original does)", file=sys.stderr)
+        log.warning(f"skipped {len(windows.skipped_unrecoverable)} training questions whose answer text is not at "
+                    f"answer_start (as the original does)")
     set_seed(seed)  # the new span head's initialisation
-    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    model = HEAD.from_pretrained(model_dir)
     source = FeatureSource(WindowInputs(windows.windows, with_labels=True), batch_size // grad_accum, seed=seed,
                            pad_token_id=tokenizer.pad_token_id)
     train_args = TrainArgs(output_dir=str(output_dir), learning_rate=learning_rate, warmup_ratio=warmup_ratio,
                            weight_decay=weight_decay, grad_accum=grad_accum, precision=precision, device=device,
                            seed=seed, logging_steps=logging_steps, save_steps=save_steps, resume=resume,
-                           progress=progress, tokenizer=tokenizer)
+                           progress=progress, tokenizer=tokenizer, save_final_model=False)
     trained = fit(model, Phase(source, epochs=epochs, name="squad"), train_args)
     if dist_info()[0] != 0:
-        return {}  # under torchrun, rank 0 alone predicts and writes
+        return TaskResult(task="squad", metric="f1", metrics={})  # under torchrun, rank 0 alone predicts and writes
+    model.save_pretrained(output_dir / "model", tokenizer=tokenizer)
 
     record = {
         "task": "squad", "version": version, "model": str(model_dir), "train_file": str(train_file),
@@ -330,7 +354,9 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
         applied.write(output_dir)
         record.update(dev_examples=len(dev_examples), predict_seconds=time.perf_counter() - started, metrics=metrics)
     write_json(output_dir / "results.json", record)
-    return record
+    result = _result(record, output_dir)
+    result.model_dir = str(output_dir / "model")
+    return result
 
 
 def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir: str | Path,
@@ -339,16 +365,14 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
                        null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
                        batch_size: int = 64, device: str = "auto", precision: str = "auto",
                        max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False,
-                       allow_missing_weights: bool = False) -> dict:
+                       allow_missing_weights: bool = False) -> TaskResult:
     """Predict a SQuAD file with a fine-tuned model; write the prediction files, and results.json
     with the official metrics when the file has answers. A model without a span head is refused
     unless `allow_missing_weights` (its answers would come from random weights)."""
-    from ..heads import BertForQuestionAnswering
-
     data = read_squad(data_file, version, skip_bad_rows)
-    examples = sample_examples(data.examples, max_examples, subset_seed)
+    examples = subsample(data.examples, max_examples, subset_seed)
     tokenizer = model_tokenizer(model_dir)
-    model = BertForQuestionAnswering.from_pretrained(model_dir, require_head=True,
+    model = HEAD.from_pretrained(model_dir, require_head=True,
                                                      allow_missing_weights=allow_missing_weights)
     started = time.perf_counter()
     result = predict_squad(model, tokenizer, examples, data.version == "2.0", max_seq_length, doc_stride,
@@ -362,7 +386,7 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
               "metrics": metrics}
     if metrics is not None:
         write_json(Path(output_dir) / "results.json", record)
-    return record
+    return _result(record, output_dir)
 
 
 # --------------------------------------------------------------------------- command line
@@ -401,10 +425,7 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
     parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
     parser.add_argument("--seed", type=flags.seed, default=42)
-    parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
-                        help="a seeded random sample of questions")
-    parser.add_argument("--max-dev-examples", type=flags.positive_int, default=None,
-                        help="a seeded random sample of questions")
+    add_max_examples_arguments(parser, eval_old="--max-dev-examples", how="a seeded random sample")
     parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
                         help="train on this fraction of the training file's articles; evaluate only on dev "
                              "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
@@ -425,18 +446,19 @@ def run_finetune(args) -> int:
         n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
         null_score_diff_threshold=args.null_score_diff_threshold,
         search_null_threshold=not args.no_threshold_search, seed=args.seed, precision=args.precision,
-        device=args.device, max_train_examples=args.max_train_examples, max_dev_examples=args.max_dev_examples,
+        device=args.device, max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
         subset_seed=args.subset_seed, article_split_fraction=args.article_split, split_seed=args.split_seed,
         eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         skip_bad_rows=args.skip_bad_rows, logging_steps=args.logging_steps, save_steps=args.save_steps,
-        resume=args.resume)
+        resume=args.resume).document
     print(json.dumps(record.get("metrics"), indent=2))
     return 0
 
 
 def add_predict_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
-    parser.add_argument("--data-file", required=True, help="SQuAD JSON to answer")
+    parser.add_argument("--input", "--data-file", dest="input", required=True,
+                        help="SQuAD JSON to answer" + deprecated("--data-file"))
     parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
     add_overwrite_argument(parser)
     parser.add_argument("--batch-size", type=flags.positive_int, default=64)
@@ -449,12 +471,12 @@ def add_predict_arguments(parser) -> None:
 def run_predict(args) -> int:
     check_output_dir(args.output, overwrite=args.overwrite, kind="predictions")
     record = predict_squad_file(
-        args.model, args.data_file, args.output, version=args.version, max_seq_length=args.max_seq_length,
+        args.model, args.input, args.output, version=args.version, max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
         max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
         search_null_threshold=not args.no_threshold_search, batch_size=args.batch_size, device=args.device,
         precision=args.precision, max_examples=args.max_examples, subset_seed=args.subset_seed,
-        skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights)
+        skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights).document
     if record["metrics"] is not None:
         print(json.dumps(record["metrics"], indent=2))
     return 0
@@ -470,3 +492,44 @@ def run_evaluate(args) -> int:
     """Exactly the official scripts' numbers and keys, as one JSON object."""
     print(json.dumps(evaluate_squad(args.data_file, args.pred_file, args.na_prob_file)))
     return 0
+
+
+# --------------------------------------------------------------------------- the task surface and its benchmarks
+
+HEAD = BertForQuestionAnswering
+read = read_squad
+featurize = squad_windows
+postprocess = postprocess_predictions
+score = score_predictions
+finetune = finetune_squad
+predict = predict_squad_file
+
+
+def run_benchmark(version: str, settings: BenchmarkSettings) -> TaskResult:
+    """SQuAD at a reproduction budget's settings: one configuration (the budget's first learning rate,
+    epoch count and seed: SQuAD's cost rules out a grid at these budgets). v2.0 has no training set
+    here: the documented article-split protocol on dev-v2.0."""
+    ft, cfg, squad = settings.finetune, settings.task, settings.data_dir / "squad"
+    if version == "1.1":
+        files = dict(train_file=str(squad / "train-v1.1.json"), dev_file=str(squad / "dev-v1.1.json"))
+    else:
+        files = dict(train_file=str(squad / "dev-v2.0.json"), dev_file=str(squad / "dev-v2.0.json"),
+                     article_split_fraction=cfg.get("article_split", 0.5))
+    return finetune_squad(
+        str(settings.model_dir), output_dir=str(settings.output_dir),
+        batch_size=cfg.get("batch_size", ft["batch_size"]), learning_rate=cfg.get("learning_rate", ft["learning_rates"][0]),
+        epochs=cfg.get("epochs", ft["epochs"][0]), seed=ft["seeds"][0], precision=settings.precision,
+        max_seq_length=settings.max_seq_length(MAX_SEQ_LENGTH), doc_stride=cfg.get("doc_stride", 128),
+        max_query_length=cfg.get("max_query_length", 64), max_train_examples=cfg.get("max_train_examples"),
+        max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_dev_examples")), progress=False, **files)
+
+
+MAX_SEQ_LENGTH = 384  # the paper's (and run_squad.py's) window length
+BENCHMARKS = (
+    Benchmark(name="squad", label="SQuAD v1.1 F1", max_seq_length=MAX_SEQ_LENGTH,
+              has_data=lambda data_dir: (data_dir / "squad" / "train-v1.1.json").is_file(),
+              run=lambda settings: run_benchmark("1.1", settings)),
+    Benchmark(name="squad2", label="SQuAD v2.0 F1", max_seq_length=MAX_SEQ_LENGTH,
+              has_data=lambda data_dir: (data_dir / "squad" / "dev-v2.0.json").is_file(),
+              run=lambda settings: run_benchmark("2.0", settings)),
+)

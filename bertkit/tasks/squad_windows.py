@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,8 @@ import numpy as np
 
 from ..errors import BertkitError
 from ..metrics.squad import is_squad_v2
+
+log = logging.getLogger("bertkit")
 
 
 @dataclasses.dataclass
@@ -127,7 +129,7 @@ def read_squad(path: str | Path, version: str | None = None, skip_bad_rows: bool
                 seen_ids.add(example.qid)
                 examples.append(example)
     if bad:
-        print(f"{path}: skipped {bad} bad questions", file=sys.stderr)
+        log.warning(f"{path}: skipped {bad} bad questions")
     return SquadData(examples, version, path, bad)
 
 
@@ -193,16 +195,6 @@ def article_split(examples: Sequence[SquadExample], fraction: float, seed: int =
     random.Random(seed).shuffle(keys)
     count = min(max(1, round(fraction * len(keys))), max(1, len(keys) - 1))
     return set(keys[:count])
-
-
-def sample_examples(examples: Sequence[SquadExample], limit: int | None, seed: int = 0) -> list[SquadExample]:
-    """A seeded random subset of at most `limit` questions, in file order (all when limit is None)."""
-    if limit is None or limit >= len(examples):
-        return list(examples)
-    if limit < 1:
-        raise BertkitError(f"the example limit must be positive, not {limit}")
-    chosen = sorted(random.Random(seed).sample(range(len(examples)), limit))
-    return [examples[i] for i in chosen]
 
 
 @dataclasses.dataclass

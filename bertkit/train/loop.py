@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import shutil
@@ -38,6 +39,8 @@ from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_train
 from .metrics_log import MetricsLog, MetricsWindow
 from .optim import build_optimizer, linear_factor
 from .plan import Calibration, Plan, off_pace, plan_fixed, plan_for_budget, replan, steps_cost
+
+log = logging.getLogger("bertkit")
 
 # What marks a folder as holding a run (refused without resume / overwrite).
 RUN_MARKERS = ("metrics.jsonl", "train_summary.json", "model.safetensors")
@@ -276,9 +279,8 @@ class Trainer:
                                args.save_points if self.out_dir is not None else 0,
                                margin=min(30.0, 0.01 * args.time_budget))
         if self.is_main:
-            print(f"time budget {args.time_budget:.0f} s: {plan.total_steps} steps "
-                  f"({', '.join(f'{t:.3f}' for t in per_step)} s/step measured, {self.elapsed():.0f} s used so far)",
-                  file=sys.stderr)
+            log.info(f"time budget {args.time_budget:.0f} s: {plan.total_steps} steps "
+                     f"({', '.join(f'{t:.3f}' for t in per_step)} s/step measured, {self.elapsed():.0f} s used so far)")
         return plan
 
     def resume(self, checkpoint: Path, state: dict) -> int:
@@ -301,7 +303,7 @@ class Trainer:
         rng = state["rng"]
         set_rng_state(rng[self.rank] if isinstance(rng, list) else rng)
         if self.is_main:
-            print(f"resuming from {checkpoint} (step {self.global_step}/{self.plan.total_steps})", file=sys.stderr)
+            log.info(f"resuming from {checkpoint} (step {self.global_step}/{self.plan.total_steps})")
         return self.global_step
 
     # -- the steps of training -----------------------------------------------------------------
@@ -465,8 +467,7 @@ class Trainer:
             dist.broadcast_object_list(shared, src=0)
             self.plan = shared[0]
         if self.is_main and self.plan.total_steps != old.total_steps:
-            print(f"time budget: re-planned to {self.plan.total_steps} steps at {scale:.2f}x the calibrated step time",
-                  file=sys.stderr)
+            log.info(f"time budget: re-planned to {self.plan.total_steps} steps at {scale:.2f}x the calibrated step time")
 
     def out_of_time(self) -> bool:
         """A budgeted run stops when finishing (evaluation + final save) would pass budget + 45 s:
@@ -478,8 +479,8 @@ class Trainer:
         if self.elapsed() + finish <= plan.time_budget + 45:
             return False
         if self.is_main:
-            print(f"time budget reached at step {self.global_step} of {plan.total_steps}: this machine ran "
-                  "slower than measured at the start; stopping with the learning rate above zero", file=sys.stderr)
+            log.warning(f"time budget reached at step {self.global_step} of {plan.total_steps}: this machine ran "
+                        "slower than measured at the start; stopping with the learning rate above zero")
         return True
 
     # -- logging, evaluation, checkpoints ----------------------------------------------------------
@@ -495,8 +496,8 @@ class Trainer:
         if bar is not None:
             bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}", seq_s=f"{record['seq_per_s']:.1f}")
         elif self.is_main and self.out_dir is not None:
-            print(f"step {self.global_step}/{self.plan.total_steps} loss {record.get('loss', float('nan')):.4f} "
-                  f"lr {record['learning_rate']:.2e} {record['seq_per_s']:.1f} seq/s", file=sys.stderr)
+            log.info(f"step {self.global_step}/{self.plan.total_steps} loss {record.get('loss', float('nan')):.4f} "
+                     f"lr {record['learning_rate']:.2e} {record['seq_per_s']:.1f} seq/s")
         window.reset()
 
     def run_eval(self) -> None:

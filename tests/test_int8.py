@@ -1,0 +1,116 @@
+"""Int8 inference (`--quantize int8`, kernels/int8.py): the quantised encoder stays close to fp32,
+keeps the fast paths (unpadding), and predict / pipeline / export take the option."""
+
+import copy
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from bertkit import BertConfig, pipeline
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForSequenceClassification
+from bertkit.inference import InferenceEngine
+from bertkit.kernels import speed_options
+from bertkit.kernels.int8 import Int8Linear, quantize_int8
+from bertkit.model import BertModel
+from bertkit.tokenizer import BertTokenizer
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [w for w in "good bad movie plot the a was very great awful".split()]
+
+
+def _batch(lengths, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    return torch.randint(5, vocab, (len(lengths), T), generator=g) * mask, mask
+
+
+def test_int8_linear_matches_a_quantised_reference():
+    """Int8Linear = per-channel symmetric int8 weights times uint8-quantised activations, computed
+    here independently in fp64 from the same quantisation grid."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    x = torch.randn(10, 64)
+    got = Int8Linear(layer)(x)
+    w = layer.weight.detach().double()
+    scale = w.abs().amax(1, keepdim=True) / 127
+    wq = torch.round(w / scale).clamp(-127, 127) * scale
+    exact = x.double() @ wq.T + layer.bias.detach().double()
+    # The activations are quantised to 256 (or 128) levels over their range: the error per output is
+    # bounded by the input step times the weights' L1 norm.
+    levels = 127 if Int8Linear(layer).reduce_range else 255
+    step = float(x.max() - x.min()) / levels
+    bound = step * wq.abs().sum(1).max()
+    assert (got.double() - exact).abs().max() <= bound
+    assert (got.double() - exact).abs().max() < 0.1 * (exact - layer.bias.detach().double()).abs().mean()
+
+
+def test_quantised_encoder_is_close_to_fp32_and_keeps_unpadding():
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=64)
+    model = BertModel(config).eval()
+    quantized = quantize_int8(copy.deepcopy(model))
+    layers = [m for m in quantized.encoder.modules() if isinstance(m, Int8Linear)]
+    assert len(layers) == 2 * 6  # q, k, v, attention output, intermediate, output per layer
+    ids, mask = _batch([40, 3, 17, 29], 120)
+    real = mask.bool()
+    with torch.no_grad(), speed_options(unpad="always", unpad_multiple=1):
+        want = model(ids, mask).last_hidden_state
+        got = quantized(ids, mask).last_hidden_state
+    cosine = torch.nn.functional.cosine_similarity(got[real], want[real])
+    assert cosine.min() > 0.99, cosine.min()
+    assert (got[~real] == 0).all()  # unpadded: padding rows were never computed
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_model, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("int8")
+    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    tokenizer = BertTokenizer(str(directory / "vocab.txt"))
+    return tiny_model(BertForSequenceClassification, directory, tokenizer=tokenizer, num_labels=2,
+                      id2label={0: "NEGATIVE", 1: "POSITIVE"})
+
+
+def test_int8_pipeline_scores_close_to_fp32(classifier):
+    texts = ["good movie", "the plot was very bad", "great", "awful awful movie the plot"]
+    fp32 = pipeline("text-classification", model=classifier)(texts)
+    int8 = pipeline("text-classification", model=classifier, quantize="int8")(texts)
+    assert [a["label"] for a in fp32] == [b["label"] for b in int8]
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(fp32, int8)) < 0.02
+
+
+def test_int8_refuses_bf16_and_unknown_modes(classifier):
+    with pytest.raises(BertkitError):
+        InferenceEngine(classifier, precision="bf16", quantize="int8")
+    with pytest.raises(BertkitError):
+        InferenceEngine(classifier, quantize="int4")
+
+
+def test_predict_with_quantize_int8(classifier, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("good movie\nthe plot was bad\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["predict", "text-classification", "--model", str(classifier), "--input", str(source),
+                 "--output", str(out), "--quantize", "int8"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["label"] in ("NEGATIVE", "POSITIVE") for row in rows)
+
+
+def test_int8_onnx_export_runs_close_to_fp32(classifier, tmp_path):
+    path = tmp_path / "model.int8.onnx"
+    assert main(["export", "--model", str(classifier), "--output", str(path), "--quantize", "int8"]) == 0
+    session = ort.InferenceSession(str(path))
+    assert any(node.op_type in ("DynamicQuantizeLinear", "MatMulInteger", "DynamicQuantizeMatMul")
+               for node in __import__("onnx").load(str(path)).graph.node)
+    ids, mask = _batch([9, 4, 12], len(WORDS))
+    got = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                             "token_type_ids": np.zeros_like(ids.numpy())})[0]
+    engine = InferenceEngine(classifier, precision="fp32")
+    with torch.no_grad():
+        want = engine.model(input_ids=ids, attention_mask=mask).logits.numpy()
+    np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max(), rtol=0)
