@@ -55,8 +55,6 @@ def split_phases(phases: list[tuple], max_steps: int | None) -> list[Phase]:
     shares = [share if share is not None else 1 - given for _, _, share in phases]
     if max_steps is None:
         return [Phase(src, name=name, fraction=share) for (src, name, _), share in zip(phases, shares)]
-    if len(phases) == 1:
-        return [Phase(phases[0][0], steps=max_steps, name=phases[0][1])]
     counts = [max(1, round(max_steps * share)) for share in shares]
     rest = shares.index(1 - given)
     counts[rest] = max(1, max_steps - sum(c for i, c in enumerate(counts) if i != rest))
@@ -323,7 +321,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--position-init", choices=POSITION_INITS, help="how learned position embeddings start: normal "
                    "(the paper's) or sinusoidal (default: the budget's recipe)")
     p.add_argument("--short-seq-length", type=flags.non_negative_int, help="train the first --short-seq-fraction "
-                   "of the steps on pairs cut to this length from --data (0: off; default: the budget's recipe)")
+                   "of the steps on pairs cut to this length from --train-data (0: off; default: the budget's recipe)")
     p.add_argument("--short-seq-fraction", type=flags.open_fraction, help="share of the steps at --short-seq-length")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
 
