@@ -31,8 +31,8 @@ from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
 from ..train.plan import parse_duration
-from .init import POSITION_INITS, sinusoidal_positions_
-from .recipe import PAPER, resolve_recipe
+from .init import POSITION_INITS, neighbour_heads_, sinusoidal_positions_
+from .recipe import PAPER, deviations_from_paper, resolve_recipe
 from .shards import PretrainingBatchSource, PretrainingDataset
 
 log = logging.getLogger("bertkit")
@@ -125,6 +125,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
     budget = parse_duration(time_budget) if time_budget is not None else None
     if init_from is not None and model_config is not None:
         raise BertkitError("give --init-from or --model-config, not both (the checkpoint brings its own config)")
+    if init_from is not None and position_init is not None:
+        raise BertkitError("give --init-from or --position-init, not both (the checkpoint brings its own weights)")
     recipe, deviations = resolve_recipe(dict(
         model_config=model_config if isinstance(model_config, str) or model_config is None else
         f"custom ({model_config.num_hidden_layers} layers x {model_config.hidden_size})", batch_size=batch_size,
@@ -132,6 +134,9 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, dropout=dropout, masked_lm_prob=masked_lm_prob,
         nsp=nsp, position_init=position_init, short_seq_length=short_seq_length,
         short_seq_fraction=short_seq_fraction), budget)
+    if init_from is not None:  # a continued run starts from the checkpoint's weights, whatever the recipe's init
+        recipe = dataclasses.replace(recipe, position_init=PAPER.position_init)
+        deviations = deviations_from_paper(recipe, budget)
     if recipe.short_seq_length and not 0 < recipe.short_seq_fraction < 1:
         raise BertkitError("--short-seq-length needs --short-seq-fraction between 0 and 1")
     if short_seq_fraction is not None and not recipe.short_seq_length:
@@ -193,6 +198,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         model = build_pretraining_model(config, objective, nsp)
         if recipe.position_init == "sinusoidal":
             sinusoidal_positions_(model.bert.embeddings.position_embeddings, config.initializer_range)
+        elif recipe.position_init == "neighbours":
+            neighbour_heads_(model, config.initializer_range)
     evaluate = None
     if eval_data:
         eval_dataset = PretrainingDataset(eval_data)
@@ -319,7 +326,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phase2-data", help="data directory for phase 2 (length 512)")
     p.add_argument("--phase2-fraction", type=flags.open_fraction, default=0.1)
     p.add_argument("--position-init", choices=POSITION_INITS, help="how learned position embeddings start: normal "
-                   "(the paper's) or sinusoidal (default: the budget's recipe)")
+                   "(the paper's), sinusoidal, or neighbours (a sine table whose first layer's heads start as "
+                   "previous- and next-token heads; default: the budget's recipe)")
     p.add_argument("--short-seq-length", type=flags.non_negative_int, help="train the first --short-seq-fraction "
                    "of the steps on pairs cut to this length from --train-data (0: off; default: the budget's recipe)")
     p.add_argument("--short-seq-fraction", type=flags.open_fraction, help="share of the steps at --short-seq-length")

@@ -413,12 +413,15 @@ class Trainer:
         return False
 
     def replan_step(self) -> int | None:
-        """A budgeted run re-plans once a tenth of the way in (after at least 20 steps, before the first
-        checkpoint); later only when it runs off pace (`off_pace`)."""
+        """A budgeted run re-plans once a tenth of the way in (after at least 20 steps, halfway through
+        a warm-up of 40 steps or more, before the first checkpoint); later only when it runs off pace
+        (`off_pace`)."""
         plan = self.plan
         if not plan.time_budget or plan.calibration is None or plan.replanned_at is not None:
             return None
         step = max(20, round(0.1 * plan.total_steps))
+        if plan.warmup_steps >= 40:  # the warm-up then gets its share of the re-planned steps
+            step = min(step, plan.warmup_steps // 2)
         if plan.save_steps:  # before the first checkpoint, so that a resumed run finds the final plan
             step = min(step, plan.save_steps - 1)
         return max(1, min(plan.total_steps - 1, step))

@@ -138,7 +138,9 @@ def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left
     The calibration times single steps; the loop around them (data, logging) and a machine whose
     load changed are only seen over many steps, as a pace `scale` measured since training began
     (or since the last check). Phases keep their shares of the steps, except those already
-    finished, which keep their length; the warm-up, already over, is kept.
+    finished, which keep their length. A warm-up still under way keeps its share of the steps (the
+    first re-plan comes before it ends: a warm-up cut short by a pessimistic calibration wiped out
+    BERT-TINY's neighbour heads at learning rate 2e-3); one already over is kept.
     """
     cal = plan.calibration
     old_steps = plan.steps_per_phase
@@ -168,6 +170,8 @@ def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left
             high = middle - 1
     steps = layout(low)
     total = sum(steps)
+    if step < plan.warmup_steps:
+        plan = dataclasses.replace(plan, warmup_steps=max(step + 1, round(plan.warmup_steps * total / plan.total_steps)))
     if plan.replanned_at is not None:
         # Later re-plans (off pace, at an evaluation) keep the evaluation and checkpoint grid: a new
         # grid would skip the evaluation due at this very step and scatter the rest of the curve.

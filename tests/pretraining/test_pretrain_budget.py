@@ -96,6 +96,9 @@ def test_init_from_refuses_another_vocabulary_and_a_second_config(data32, tmp_pa
     with pytest.raises(BertkitError, match="not both"):
         pretrain(str(data32), str(tmp_path / "b"), init_from=str(init), model_config="tiny", max_steps=1,
                  batch_size=8, progress=False)
+    with pytest.raises(BertkitError, match="--position-init, not both"):
+        pretrain(str(data32), str(tmp_path / "c"), init_from=str(init), position_init="neighbours", max_steps=1,
+                 batch_size=8, progress=False)
 
 
 def test_pretrain_refuses_an_existing_run_and_a_foreign_resume(data32, tmp_path, capsys):
@@ -122,6 +125,37 @@ def test_sinusoidal_position_init_has_a_relative_geometry():
         diagonal = torch.diagonal(gram, offset)
         assert torch.allclose(diagonal, diagonal[0].expand_as(diagonal), atol=1e-9)
     assert gram[10, 11] > gram[10, 40]  # nearby positions are more alike than distant ones
+
+
+def test_neighbour_heads_start_on_the_previous_and_next_token(tmp_path):
+    """At step 0 the first layer's even heads look at the previous token and its odd heads at the
+    next one; attention maps from transformers' eager attention on the saved weights (an
+    independent computation), on random tokens so that only positions can explain it."""
+    from transformers import BertModel as HFBertModel
+
+    from bertkit.pretraining.init import neighbour_heads_, neighbour_rates
+
+    torch.manual_seed(0)
+    config = BertConfig.from_name_or_file("tiny").replace(vocab_size=500)
+    model = BertForPreTraining(config)
+    before = model.bert.encoder.layer[1].attention.self.query.weight.clone()
+    neighbour_heads_(model, config.initializer_range)
+    assert torch.equal(model.bert.encoder.layer[1].attention.self.query.weight, before)  # later layers untouched
+    table = model.bert.embeddings.position_embeddings.weight.double()
+    assert abs(table.std().item() - config.initializer_range) < 1e-6
+    assert neighbour_rates(128)[:32].max() < torch.pi  # the sharp half stays below the Nyquist rate
+    model.save_pretrained(tmp_path)
+    reference = HFBertModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    ids = torch.randint(5, 500, (4, 96))
+    with torch.no_grad():
+        maps = reference(input_ids=ids, output_attentions=True).attentions  # layers x (B, A, T, T)
+    first = maps[0]
+    previous = torch.diagonal(first, -1, dim1=-2, dim2=-1).mean((0, 2))  # (A,): share on position p - 1
+    following = torch.diagonal(first, 1, dim1=-2, dim2=-1).mean((0, 2))
+    assert previous[0] > 0.6 and following[1] > 0.6
+    assert previous[1] < 0.05 and following[0] < 0.05
+    uniform = 1 / 96
+    assert abs(torch.diagonal(maps[1], -1, dim1=-2, dim2=-1).mean().item() - uniform) < 0.5 * uniform
 
 
 def test_short_sequence_phase_and_position_init(data32, tmp_path):

@@ -192,6 +192,21 @@ def test_replan_prices_each_phase_at_its_own_step_time_and_keeps_finished_phases
     assert 576 - 1.2 <= rest <= 576 and abs(early.steps_per_phase[0] - early.steps_per_phase[1]) <= 1
 
 
+def test_a_replan_inside_the_warmup_keeps_its_share_and_one_after_it_keeps_it_as_it_was():
+    cal = Calibration(seconds_per_step=[0.2], eval_seconds=0.0, save_seconds=0.0, calibration_seconds=0.0,
+                      steps_measured=[4])
+    # 2,000 steps planned, 120 of them warm-up (6%).
+    plan = plan_for_budget(400, elapsed=0, fractions=[1.0], calibration=cal, warmup_ratio=0.06, eval_points=1,
+                           save_points=0, margin=0)
+    assert (plan.total_steps, plan.warmup_steps) == (2000, 120)
+    # At step 60 the steps turn out to take half the calibrated time: twice the steps, and twice the warm-up.
+    grown = replan(plan, step=60, elapsed=6, scale=0.5, eval_points_left=0, saves_left=0, margin=0)
+    assert grown.total_steps == 4000 and grown.warmup_steps == 240
+    # After the warm-up ended it stays as it was.
+    later = replan(plan, step=150, elapsed=15, scale=0.5, eval_points_left=0, saves_left=0, margin=0)
+    assert later.warmup_steps == 120
+
+
 def test_off_pace_when_late_or_clearly_early():
     cal = Calibration(seconds_per_step=[0.2, 1.0], eval_seconds=0.0, save_seconds=0.0, calibration_seconds=0.0,
                       steps_measured=[4, 4])
