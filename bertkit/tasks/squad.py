@@ -43,9 +43,9 @@ for training and drops every dev article with one of those titles. Any v2.0-form
 
 The task surface (tasks/common.py): read = `read_squad`, featurize = `squad_windows`, HEAD =
 BertForQuestionAnswering, postprocess = `postprocess_predictions`, score = `score_predictions`,
-finetune = `finetune_squad` and predict = `predict_squad_file`, both -> TaskResult (the official
-scripts report percent; the TaskResult's metrics are fractions, its document keeps the official
-numbers). The fine-tuned model is saved in OUTPUT/model.
+finetune = `finetune_squad`, predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit
+evaluate squad`), all -> TaskResult (the official scripts report percent; the TaskResult's metrics
+are fractions, its document keeps the official numbers). The fine-tuned model is saved in OUTPUT/model.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, W
 
 __all__ = ["SquadAnswer", "SquadExample", "SquadData", "SquadPredictions", "read_squad", "squad_json",
            "squad_windows", "check_is_max_context", "postprocess_predictions", "predict_squad",
-           "score_predictions", "finetune_squad", "predict_squad_file", "article_split"]
+           "score_predictions", "finetune_squad", "predict_squad_file", "evaluate_prediction_file", "article_split"]
 
 log = logging.getLogger("bertkit")
 
@@ -264,7 +264,7 @@ def _result(record: dict, output_dir) -> TaskResult:
     metrics = headline_metrics(record.get("metrics"))
     task = "squad2" if record.get("version") == "2.0" else "squad"
     return TaskResult(task=task, metric="f1", metrics=metrics, run_metrics=[metrics] if metrics else [],
-                      document=record, output_dir=str(output_dir))
+                      document=record, output_dir=None if output_dir is None else str(output_dir))
 
 
 # --------------------------------------------------------------------------- fine-tune and predict (files)
@@ -406,6 +406,18 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
     return _result(record, output_dir)
 
 
+def evaluate_prediction_file(data_file: str | Path, pred_file: str | Path,
+                             na_prob_file: str | Path | None = None) -> TaskResult:
+    """The official v1.1 / v2.0 evaluator (picked by the data's version) on a predictions file, as
+    `predict_squad_file` reports: the TaskResult's metrics are fractions, its document's `metrics`
+    exactly the official script's output (percent, the script's keys)."""
+    official = evaluate_squad(data_file, pred_file, na_prob_file)
+    record = {"task": "squad", "version": "1.1" if "exact_match" in official else "2.0", "data_file": str(data_file),
+              "pred_file": str(pred_file), "na_prob_file": None if na_prob_file is None else str(na_prob_file),
+              "metrics": official}
+    return _result(record, None)
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -512,8 +524,9 @@ def add_evaluate_arguments(parser) -> None:
 
 
 def run_evaluate(args) -> int:
-    """Exactly the official scripts' numbers and keys, as one JSON object."""
-    print(json.dumps(evaluate_squad(args.data_file, args.pred_file, args.na_prob_file)))
+    """Exactly the official scripts' numbers and keys, as one JSON object (what `predict squad` prints)."""
+    result = evaluate_prediction_file(args.data_file, args.pred_file, args.na_prob_file)
+    print(json.dumps(result.document["metrics"]))
     return 0
 
 
