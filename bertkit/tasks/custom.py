@@ -255,6 +255,8 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
     if uneven:
         raise BertkitError(f"--batch-size {uneven[0]} is not a multiple of --grad-accum {grad_accum}")
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
+    if dev_file is None:
+        raise BertkitError("question answering needs a dev file with answers: the best run is chosen on dev F1")
     train_data, dev_data = squad.read_train_dev(train_file, dev_file, version, skip_bad_rows)
     if not dev_data.has_answers:
         raise BertkitError("the dev file has no answers: the best run is chosen on dev F1", path=str(dev_file))

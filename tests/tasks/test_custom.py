@@ -402,6 +402,19 @@ def test_question_answering_bad_grid_flags_are_one_line_errors(base_model, tmp_p
     assert not (out / "results.json").exists() and not (out / "runs").exists()
 
 
+def test_question_answering_needs_dev_answers(base_model, tmp_path, capsys):
+    data = _squad_file(tmp_path / "qa.json", v2=False)
+    unlabelled = json.loads(data.read_text())
+    for article in unlabelled["data"]:
+        for qa in article["paragraphs"][0]["qas"]:
+            del qa["answers"]
+    (tmp_path / "dev.json").write_text(json.dumps(unlabelled), encoding="utf-8")
+    assert main(["finetune", "question-answering", "--model", str(base_model), "--train-file", str(data),
+                 "--dev-file", str(tmp_path / "dev.json"), "--output", str(tmp_path / "qa"), *QA_WINDOWS]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'dev.json'}: the dev file has no answers: the best run " \
+                                      "is chosen on dev F1\n"
+
+
 # ---------------------------------------------------------------- the benchmark tasks write metrics.jsonl too
 
 
