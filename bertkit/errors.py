@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 
 class BertkitError(Exception):
     """Bad input or an impossible request, phrased for the user (no traceback needed)."""
@@ -17,3 +20,17 @@ class BertkitError(Exception):
         if self.path is not None:
             where = self.path + (f":{self.line}" if self.line is not None else "") + ": "
         return where + self.message
+
+
+@contextlib.contextmanager
+def reading(path: str | Path, what: str = "file"):
+    """`with reading(path, "CoNLL file"), open(path, encoding="utf-8") as f:` turns the ways opening
+    and decoding a text file fail (missing, a folder, not UTF-8) into one BertkitError naming it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise BertkitError(f"{what} not found", path=str(path)) from None
+    except IsADirectoryError:
+        raise BertkitError(f"is a directory, expected a {what}", path=str(path)) from None
+    except UnicodeDecodeError as err:
+        raise BertkitError(f"not UTF-8 text ({err.reason})", path=str(path)) from None

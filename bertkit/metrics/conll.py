@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import BertkitError
+from ..errors import BertkitError, reading
 
 BOUNDARY_TOKEN = "-X-"
 _TAG_PARTS = re.compile(r"^([^-]*)-(.*)$")
@@ -209,38 +209,31 @@ def evaluate_conll_file(path: str | Path) -> dict:
     counter = _ConllevalCounter()
     columns_expected: int | None = None
     first_line = 0
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                fields = line.split()
-                if not fields:
-                    counter.add_boundary()
-                    continue
-                if len(fields) < 3:
-                    raise BertkitError(
-                        f"expected at least 3 columns (token ... gold predicted), "
-                        f"found {len(fields)}: {line.strip()!r}",
-                        path=path,
-                        line=line_number,
-                    )
-                if columns_expected is None:
-                    columns_expected, first_line = len(fields), line_number
-                elif len(fields) != columns_expected:
-                    raise BertkitError(
-                        f"expected {columns_expected} columns like line {first_line}, found {len(fields)}",
-                        path=path,
-                        line=line_number,
-                    )
-                if fields[0] == BOUNDARY_TOKEN:
-                    counter.add_boundary()
-                else:
-                    counter.add_token(fields[-2], fields[-1])
-    except FileNotFoundError:
-        raise BertkitError("CoNLL file not found", path=path) from None
-    except IsADirectoryError:
-        raise BertkitError("is a directory, expected a CoNLL file", path=path) from None
-    except UnicodeDecodeError as err:
-        raise BertkitError(f"not UTF-8 text ({err.reason})", path=path) from None
+    with reading(path, "CoNLL file"), open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            fields = line.split()
+            if not fields:
+                counter.add_boundary()
+                continue
+            if len(fields) < 3:
+                raise BertkitError(
+                    f"expected at least 3 columns (token ... gold predicted), "
+                    f"found {len(fields)}: {line.strip()!r}",
+                    path=path,
+                    line=line_number,
+                )
+            if columns_expected is None:
+                columns_expected, first_line = len(fields), line_number
+            elif len(fields) != columns_expected:
+                raise BertkitError(
+                    f"expected {columns_expected} columns like line {first_line}, found {len(fields)}",
+                    path=path,
+                    line=line_number,
+                )
+            if fields[0] == BOUNDARY_TOKEN:
+                counter.add_boundary()
+            else:
+                counter.add_token(fields[-2], fields[-1])
     if counter.tokens == 0:
         raise BertkitError("no tokens to evaluate", path=path)
     return counter.result()

@@ -219,14 +219,18 @@ def predict_precision(model, precision: str) -> str:
 def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
               warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
               output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
-              eval_steps: int = 0):
+              eval_steps: int = 0, grad_accum: int = 1):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
     warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
+    The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
     With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
     `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`."""
-    source = FeatureSource(features, int(config["batch_size"]), seed=int(config["seed"]), pad_token_id=pad_token_id)
+    batch_size = int(config["batch_size"])
+    if grad_accum < 1 or batch_size % grad_accum:
+        raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {grad_accum}")
+    source = FeatureSource(features, batch_size // grad_accum, seed=int(config["seed"]), pad_token_id=pad_token_id)
     args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),
-                     learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio,
+                     learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio, grad_accum=grad_accum,
                      weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
                      logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
                      save_final_model=False)
@@ -352,8 +356,8 @@ def add_max_examples_arguments(parser, train_old: str | None = None, eval_old: s
                              + (deprecated(eval_old) if eval_old else ""))
 
 
-def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str) -> None:
-    """The flags every sentence-level task shares; comma lists make a grid."""
+def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str, max_seq_length: int = 128) -> None:
+    """The flags every task with the sweep protocol shares; comma lists make a grid."""
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
     parser.add_argument("--output", required=True, help="output directory")
     add_overwrite_argument(parser)
@@ -365,8 +369,8 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
                         help=f"comma list of batch sizes (default {batch_sizes})")
     parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed),
                         help="comma list of seeds: restarts (shuffling and head init); default 42")
-    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=128,
-                        help="word pieces per sequence (default 128)")
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=max_seq_length,
+                        help=f"word pieces per sequence (default {max_seq_length})")
     parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
                         help="train on a deterministic random subset of N examples (quick runs)")
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=128)

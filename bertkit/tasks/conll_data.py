@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import BertkitError
+from ..errors import BertkitError, reading
 from ..outputs import atomic_open
 from .common import resolve_data_dir
 
@@ -81,43 +81,36 @@ def read_conll(path: str | Path, skip_bad_rows: bool = False) -> ConllData:
             sentences.append(Sentence(words, tags, document, first_line))
         words, tags = [], []
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                fields = line.split()
-                if not fields:
-                    close_sentence()
+    with reading(path, "CoNLL file"), open(path, encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            fields = line.split()
+            if not fields:
+                close_sentence()
+                continue
+            if fields[0] == DOCSTART:
+                close_sentence()
+                document += 1
+                continue
+            problem = None
+            if len(fields) < 2:
+                problem = f"expected a word and its NER tag, found {line.strip()!r}"
+            elif columns is not None and len(fields) != columns:
+                problem = (f"expected {columns} space-separated columns (token POS chunk NER) "
+                           f"like line {first_columns_line}, found {len(fields)}")
+            elif not _valid_tag(fields[-1]):
+                problem = f"NER tag {fields[-1]!r} is not IOB (expected O, B-TYPE or I-TYPE)"
+            if problem is not None:
+                if skip_bad_rows:
+                    bad_rows += 1
                     continue
-                if fields[0] == DOCSTART:
-                    close_sentence()
-                    document += 1
-                    continue
-                problem = None
-                if len(fields) < 2:
-                    problem = f"expected a word and its NER tag, found {line.strip()!r}"
-                elif columns is not None and len(fields) != columns:
-                    problem = (f"expected {columns} space-separated columns (token POS chunk NER) "
-                               f"like line {first_columns_line}, found {len(fields)}")
-                elif not _valid_tag(fields[-1]):
-                    problem = f"NER tag {fields[-1]!r} is not IOB (expected O, B-TYPE or I-TYPE)"
-                if problem is not None:
-                    if skip_bad_rows:
-                        bad_rows += 1
-                        continue
-                    raise BertkitError(problem, path=path, line=line_number)
-                if columns is None:
-                    columns, first_columns_line = len(fields), line_number
-                if not words:
-                    first_line = line_number
-                words.append(fields[0])
-                tags.append(fields[-1])
-            close_sentence()
-    except FileNotFoundError:
-        raise BertkitError("CoNLL file not found", path=path) from None
-    except IsADirectoryError:
-        raise BertkitError("is a directory, expected a CoNLL file", path=path) from None
-    except UnicodeDecodeError as err:
-        raise BertkitError(f"not UTF-8 text ({err.reason})", path=path) from None
+                raise BertkitError(problem, path=path, line=line_number)
+            if columns is None:
+                columns, first_columns_line = len(fields), line_number
+            if not words:
+                first_line = line_number
+            words.append(fields[0])
+            tags.append(fields[-1])
+        close_sentence()
     if not sentences:
         raise BertkitError("no sentences found", path=path)
     if bad_rows:

@@ -1,12 +1,14 @@
 """Fine-tuning on your own files: `bertkit finetune text-classification | token-classification |
-multiple-choice` (and `question-answering`, which is SQuAD's command on your own SQuAD-format JSON).
+multiple-choice | question-answering`.
 
-Each task reads the user's files (user_files.py) into the examples a benchmark task already trains
-on, and runs that task's machinery unchanged: sentence (pair) classification and regression are
-GLUE's features, sweep protocol (grid x restarts, best on dev), results.json and metrics.jsonl;
-token classification is ner.py's windows, tag handling and conlleval chunk F1; multiple choice is
-multiple_choice.py's. Labels are the user's: config.json's id2label / label2id hold them, so
-`bertkit predict` and `bertkit.pipeline` answer with the user's label names.
+Each task reads the user's files (user_files.py, or SQuAD-format JSON) into the examples a benchmark
+task already trains on, and runs that task's machinery unchanged: sentence (pair) classification
+and regression are GLUE's features, sweep protocol (grid x restarts, best on dev), results.json and
+metrics.jsonl; token classification is ner.py's windows, tag handling and conlleval chunk F1;
+multiple choice is multiple_choice.py's; question answering is squad.py's windows, n-best search,
+null threshold and official scorer inside the same sweep protocol. Labels are the user's:
+config.json's id2label / label2id hold them, so `bertkit predict` and `bertkit.pipeline` answer
+with the user's label names.
 
 Each task is a class with the task surface (tasks/common.py) and one line in tasks/registry.py;
 their BENCHMARKS are empty, so `bertkit reproduce` does not run them. Every finetune returns a
@@ -32,12 +34,13 @@ from ..metrics.glue import accuracy, pearson, spearman
 from ..outputs import write_json
 from . import squad
 from .common import (TaskResult, add_sweep_arguments, check_finetune_output, config_text, grid, predict_precision,
-                     publish_best_metrics, results_document, run_protocol, subsample, sweep_options,
+                     publish_best_metrics, results_document, run_protocol, subsample, sweep_options, train_one,
                      write_predictions)
 from .conll_data import ner_features
 from .glue import GlueTask, classification_predictions, glue_features
 from .multiple_choice import choices, finetune_multiple_choice, multiple_choice_features
 from .ner import finetune_ner, predict_ner
+from .squad_windows import WindowInputs
 from .user_files import (check_labels, check_tags, is_regression, read_choice_file, read_tagged_file,
                          read_text_file, sorted_labels)
 
@@ -225,6 +228,87 @@ def _read_choices(path, skip_bad_rows=False, **columns):
     return read_choice_file(path, skip_bad_rows=skip_bad_rows, **columns)
 
 
+# ---------------------------------------------------------------- extractive question answering
+
+
+def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None, *, version: str | None = None,
+                                learning_rates=(5e-5,), epochs=(3,), batch_sizes=(32,), seeds=(42,),
+                                grad_accum: int = 1, max_seq_length: int = squad.MAX_SEQ_LENGTH, doc_stride: int = 128,
+                                max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
+                                null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
+                                max_train_examples: int | None = None, max_eval_examples: int | None = None,
+                                subset_seed: int = 0, precision: str = "auto", device: str = "auto",
+                                skip_bad_rows: bool = False, eval_batch_size: int = 64, warmup_ratio: float = 0.1,
+                                weight_decay: float = 0.01, logging_steps: int = 50, eval_steps: int = 0) -> TaskResult:
+    """Fine-tune BertForQuestionAnswering on the user's SQuAD-format JSON (v1.1, or v2.0 with
+    is_impossible) over the grid lr x epochs x batch size x seeds; the best run on dev F1 wins.
+
+    Every run predicts the dev file as `bertkit finetune squad` does (windows, n-best, and for v2.0
+    the null threshold searched on the dev answers unless search_null_threshold is False) and is
+    scored by the official evaluator: its metrics are the official exact match and F1 (v2.0 also
+    HasAns / NoAns and best_*) as fractions, at the applied threshold. `batch_sizes` are effective
+    batches of grad_accum micro-batches. With output_dir: results.json (every run, the best,
+    mean / sd / median per setting, the best run's official metrics), the best run's
+    predictions.json, nbest_predictions.json (and null_odds.json), model/ and metrics.jsonl (every
+    run's in runs/<run>/)."""
+    uneven = [b for b in batch_sizes if b % grad_accum]
+    if uneven:
+        raise BertkitError(f"--batch-size {uneven[0]} is not a multiple of --grad-accum {grad_accum}")
+    configs = grid(learning_rates, epochs, batch_sizes, seeds)
+    if dev_file is None:
+        raise BertkitError("question answering needs a dev file with answers: the best run is chosen on dev F1")
+    train_data, dev_data = squad.read_train_dev(train_file, dev_file, version, skip_bad_rows)
+    if not dev_data.has_answers:
+        raise BertkitError("the dev file has no answers: the best run is chosen on dev F1", path=str(dev_file))
+    is_v2 = train_data.version == "2.0"
+    tokenizer = model_tokenizer(model_dir)
+    train_examples = subsample(train_data.examples, max_train_examples, subset_seed)
+    dev_examples = subsample(dev_data.examples, max_eval_examples, subset_seed)
+    windows = squad.training_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length,
+                                     train_file)
+    answering = dict(max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=max_query_length,
+                     n_best_size=n_best_size, max_answer_length=max_answer_length,
+                     null_score_diff_threshold=null_score_diff_threshold)
+
+    def evaluate(model):
+        predicted = squad.predict_squad(model, tokenizer, dev_examples, is_v2, batch_size=eval_batch_size,
+                                        precision=predict_precision(model, precision), **answering)
+        official, applied = squad.score_predictions(dev_examples, predicted, search_null_threshold)
+        return squad.headline_metrics(official), {"official": official, "predictions": applied}
+
+    name = Path(train_file).stem
+    log.info(f"{name}: SQuAD {train_data.version}, {len(train_examples)} train questions ({len(windows)} windows) / "
+             f"{len(dev_examples)} dev questions, {len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
+    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
+    best, runs = run_protocol(configs, lambda: squad.HEAD.from_pretrained(model_dir),
+                              WindowInputs(windows.windows, with_labels=True), evaluate, score=lambda m: m["f1"],
+                              precision=precision, device=device, warmup_ratio=warmup_ratio,
+                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
+                              train=functools.partial(train_one, grad_accum=grad_accum), runs_dir=runs_dir,
+                              logging_steps=logging_steps, eval_steps=eval_steps)
+    model, outputs = best.artifacts
+    selection = "best dev F1" + (" at the null threshold searched on dev" if is_v2 and search_null_threshold
+                                 else " at --null-score-diff-threshold" if is_v2 else "")
+    results = results_document("question-answering", best, runs, {
+        "version": train_data.version, "model": str(model_dir), "train_file": str(train_file),
+        "dev_file": str(dev_file), "num_train_examples": len(train_examples), "num_train_windows": len(windows),
+        "train_skipped_unrecoverable": len(windows.skipped_unrecoverable), "num_dev_examples": len(dev_examples),
+        "bad_rows_skipped": train_data.bad_rows_skipped + dev_data.bad_rows_skipped,
+        "grad_accum": grad_accum, **answering, "selection": selection,
+        "official_metrics": outputs["official"]})  # the best run's, in the official scripts' percent
+    result = TaskResult(task="question-answering", metric="f1", metrics=best.metrics,
+                        run_metrics=[r.metrics for r in runs], document=results)
+    if output_dir is not None:
+        out = Path(output_dir)
+        outputs["predictions"].write(out)
+        model.save_pretrained(out / "model", tokenizer=tokenizer)
+        publish_best_metrics(runs_dir, best, out)
+        write_json(out / "results.json", results)
+        result.output_dir, result.model_dir = str(out), str(out / "model")
+        log.info(f"{name}: best run {config_text(best.config)} (dev F1 {100 * best.score:.2f}); wrote {out}")
+    return result
+
+
 # ---------------------------------------------------------------- command line
 
 
@@ -364,14 +448,41 @@ class MultipleChoice:
 
 
 class QuestionAnswering:
-    """extractive question answering on your own SQuAD v1.1 / v2.0 JSON files (squad.py's machinery)"""
+    """extractive question answering on your own SQuAD v1.1 / v2.0 JSON files"""
 
     HEAD = squad.HEAD
     read = staticmethod(squad.read)
     featurize = staticmethod(squad.featurize)
     postprocess = staticmethod(squad.postprocess)
     score = staticmethod(squad.score)
-    finetune = staticmethod(squad.finetune)
-    add_finetune_arguments = staticmethod(squad.add_finetune_arguments)
-    run_finetune = staticmethod(squad.run_finetune)
+    finetune = staticmethod(finetune_question_answering)
     BENCHMARKS = ()  # squad.py's SQuAD benchmarks stay under the `squad` task
+
+    @staticmethod
+    def add_finetune_arguments(parser) -> None:
+        parser.add_argument("--train-file", required=True, help="training data: SQuAD JSON (v1.1, or v2.0 with "
+                                                                "is_impossible)")
+        parser.add_argument("--dev-file", required=True, help="dev data, same layout, with answers: selects the best run")
+        add_sweep_arguments(parser, learning_rates="5e-5", batch_sizes="32", epochs="3",
+                            max_seq_length=squad.MAX_SEQ_LENGTH)
+        parser.add_argument("--max-eval-examples", type=flags.positive_int, default=None,
+                            help="evaluate on a seeded random sample of N dev questions (quick runs)")
+        parser.add_argument("--subset-seed", type=flags.seed, default=0,
+                            help="seed of the --max-train-examples / --max-eval-examples samples (default 0)")
+        parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
+                            help="micro-batches per step: each --batch-size must be a multiple of it")
+        squad.add_window_arguments(parser)
+        parser.epilog = ("Defaults follow the paper's SQuAD settings: lr 5e-5, batch 32, 3 epochs, windows of 384; "
+                         "comma lists run the grid and restarts, best dev F1 wins.")
+
+    @staticmethod
+    def run_finetune(args) -> int:
+        check_finetune_output(args)
+        finetune_question_answering(
+            args.model, args.train_file, args.dev_file, args.output, version=args.version,
+            grad_accum=args.grad_accum, doc_stride=args.doc_stride, max_query_length=args.max_query_length,
+            n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
+            null_score_diff_threshold=args.null_score_diff_threshold,
+            search_null_threshold=not args.no_threshold_search, max_eval_examples=args.max_eval_examples,
+            subset_seed=args.subset_seed, **sweep_options(args))
+        return 0

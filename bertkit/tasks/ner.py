@@ -13,7 +13,8 @@ The task surface (tasks/common.py): read = `read_conll` and featurize = `ner_fea
 conll_data.py, shared with the feature-based tagger in ner_features.py), HEAD =
 BertForTokenClassification, postprocess = `predict_ner`'s first-piece argmax, score =
 `evaluate_conll`, finetune = `finetune_ner` -> TaskResult (`--feature-based`:
-ner_features.train_feature_based_ner).
+ner_features.train_feature_based_ner); `evaluate_prediction_file` -> TaskResult scores a
+predictions file (`bertkit evaluate conll`).
 """
 
 from __future__ import annotations
@@ -276,8 +277,18 @@ def add_evaluate_arguments(parser) -> None:
                         help="conlleval input: token ... gold predicted per line, blank line between sentences")
 
 
+def evaluate_prediction_file(path: str | Path) -> TaskResult:
+    """conlleval on a `token ... gold predicted` file: the TaskResult's metrics are the chunk
+    precision / recall / F1 and the token accuracy (fractions), its document's `metrics` the
+    scorer's whole output (per entity type and the counts too)."""
+    scores = evaluate_conll_file(path)
+    metrics = {k: scores[k] for k in ("precision", "recall", "f1", "accuracy")}
+    return TaskResult(task="ner", metric="f1", metrics=metrics, run_metrics=[metrics],
+                      document={"task": "ner", "file": str(path), "metrics": scores})
+
+
 def run_evaluate(args) -> int:
-    print(json.dumps(evaluate_conll_file(args.file)))
+    print(json.dumps(evaluate_prediction_file(args.file).document["metrics"]))
     return 0
 
 
@@ -309,4 +320,4 @@ BENCHMARKS = (Benchmark(name="ner", label="CoNLL NER F1",
 
 __all__ = ["Sentence", "ConllData", "read_conll", "detect_scheme", "to_iob1", "to_iob2", "label_list",
            "word_pieces", "ner_features", "predict_ner", "write_predictions", "find_conll_files", "load_tokenizer",
-           "finetune_ner", "train_feature_based_ner"]
+           "finetune_ner", "train_feature_based_ner", "evaluate_prediction_file"]

@@ -43,9 +43,9 @@ for training and drops every dev article with one of those titles. Any v2.0-form
 
 The task surface (tasks/common.py): read = `read_squad`, featurize = `squad_windows`, HEAD =
 BertForQuestionAnswering, postprocess = `postprocess_predictions`, score = `score_predictions`,
-finetune = `finetune_squad` and predict = `predict_squad_file`, both -> TaskResult (the official
-scripts report percent; the TaskResult's metrics are fractions, its document keeps the official
-numbers). The fine-tuned model is saved in OUTPUT/model.
+finetune = `finetune_squad`, predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit
+evaluate squad`), all -> TaskResult (the official scripts report percent; the TaskResult's metrics
+are fractions, its document keeps the official numbers). The fine-tuned model is saved in OUTPUT/model.
 """
 
 from __future__ import annotations
@@ -75,11 +75,12 @@ from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, W
 
 __all__ = ["SquadAnswer", "SquadExample", "SquadData", "SquadPredictions", "read_squad", "squad_json",
            "squad_windows", "check_is_max_context", "postprocess_predictions", "predict_squad",
-           "score_predictions", "finetune_squad", "predict_squad_file", "article_split"]
+           "score_predictions", "finetune_squad", "predict_squad_file", "evaluate_prediction_file", "article_split"]
 
 log = logging.getLogger("bertkit")
 
 NO_SPAN_NULL_ODDS = 1e6  # the original's "large and positive" null-score sentinel
+MAX_SEQ_LENGTH = 384  # the paper's (and run_squad.py's) window length
 
 
 # --------------------------------------------------------------------------- post-processing
@@ -263,10 +264,36 @@ def _result(record: dict, output_dir) -> TaskResult:
     metrics = headline_metrics(record.get("metrics"))
     task = "squad2" if record.get("version") == "2.0" else "squad"
     return TaskResult(task=task, metric="f1", metrics=metrics, run_metrics=[metrics] if metrics else [],
-                      document=record, output_dir=str(output_dir))
+                      document=record, output_dir=None if output_dir is None else str(output_dir))
 
 
 # --------------------------------------------------------------------------- fine-tune and predict (files)
+
+
+def read_train_dev(train_file: str | Path, dev_file: str | Path | None, version: str | None = None,
+                   skip_bad_rows: bool = False) -> tuple[SquadData, SquadData | None]:
+    """The training file and the dev file (when given), both of one SQuAD version: `version`, or the
+    one detected in both files."""
+    train_data = read_squad(train_file, version, skip_bad_rows)
+    dev_data = read_squad(dev_file, version, skip_bad_rows) if dev_file is not None else None
+    if version is None and dev_data is not None and dev_data.version != train_data.version:
+        raise BertkitError(f"the training file is SQuAD {train_data.version} but the dev file is "
+                           f"{dev_data.version}; pass --version", path=str(dev_file))
+    return train_data, dev_data
+
+
+def training_windows(examples: Sequence[SquadExample], tokenizer, max_seq_length: int, doc_stride: int,
+                     max_query_length: int, train_file: str | Path):
+    """The labelled windows to train on. An answerable question without an answer is refused; one whose
+    answer text is not at answer_start is skipped with a warning, as the original does."""
+    for example in examples:
+        if not example.is_impossible and not example.answers:
+            raise BertkitError(f"training question {example.qid} is answerable but has no answer", path=str(train_file))
+    windows = squad_windows(examples, tokenizer, max_seq_length, doc_stride, max_query_length, training=True)
+    if windows.skipped_unrecoverable:
+        log.warning(f"skipped {len(windows.skipped_unrecoverable)} training questions whose answer text is not at "
+                    f"answer_start (as the original does)")
+    return windows
 
 
 def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: str | Path,
@@ -290,11 +317,7 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
         raise BertkitError(f"--batch-size {batch_size} must be a positive multiple of --grad-accum {grad_accum}")
     output_dir = Path(output_dir)
     tokenizer = model_tokenizer(model_dir)
-    train_data = read_squad(train_file, version, skip_bad_rows)
-    dev_data = read_squad(dev_file, version, skip_bad_rows) if dev_file is not None else None
-    if version is None and dev_data is not None and dev_data.version != train_data.version:
-        raise BertkitError(f"the training file is SQuAD {train_data.version} but the dev file is "
-                           f"{dev_data.version}; pass --version", path=str(dev_file))
+    train_data, dev_data = read_train_dev(train_file, dev_file, version, skip_bad_rows)
     version = train_data.version
     is_v2 = version == "2.0"
 
@@ -311,13 +334,7 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
     train_examples = subsample(train_examples, max_train_examples, subset_seed)
     dev_examples = subsample(dev_examples, max_eval_examples, subset_seed)
 
-    for example in train_examples:
-        if not example.is_impossible and not example.answers:
-            raise BertkitError(f"training question {example.qid} is answerable but has no answer", path=str(train_file))
-    windows = squad_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, training=True)
-    if windows.skipped_unrecoverable:
-        log.warning(f"skipped {len(windows.skipped_unrecoverable)} training questions whose answer text is not at "
-                    f"answer_start (as the original does)")
+    windows = training_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, train_file)
     set_seed(seed)  # the new span head's initialisation
     model = HEAD.from_pretrained(model_dir)
     source = FeatureSource(WindowInputs(windows.windows, with_labels=True), batch_size // grad_accum, seed=seed,
@@ -389,12 +406,24 @@ def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir:
     return _result(record, output_dir)
 
 
+def evaluate_prediction_file(data_file: str | Path, pred_file: str | Path,
+                             na_prob_file: str | Path | None = None) -> TaskResult:
+    """The official v1.1 / v2.0 evaluator (picked by the data's version) on a predictions file, as
+    `predict_squad_file` reports: the TaskResult's metrics are fractions, its document's `metrics`
+    exactly the official script's output (percent, the script's keys)."""
+    official = evaluate_squad(data_file, pred_file, na_prob_file)
+    record = {"task": "squad", "version": "1.1" if "exact_match" in official else "2.0", "data_file": str(data_file),
+              "pred_file": str(pred_file), "na_prob_file": None if na_prob_file is None else str(na_prob_file),
+              "metrics": official}
+    return _result(record, None)
+
+
 # --------------------------------------------------------------------------- command line
 
 
-def _add_window_arguments(parser) -> None:
+def add_window_arguments(parser) -> None:
+    """How questions become windows and windows answers (also `finetune question-answering`'s)."""
     parser.add_argument("--version", choices=["1.1", "2.0"], default=None, help="SQuAD version (default: detected)")
-    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=384)
     parser.add_argument("--doc-stride", type=flags.positive_int, default=128, help="tokens between window starts")
     parser.add_argument("--max-query-length", type=flags.positive_int, default=64,
                         help="questions are cut to this many tokens")
@@ -405,6 +434,12 @@ def _add_window_arguments(parser) -> None:
     parser.add_argument("--no-threshold-search", action="store_true",
                         help="v2.0: apply --null-score-diff-threshold as given instead of the F1-maximising "
                              "threshold found on the gold answers")
+
+
+def _add_run_arguments(parser) -> None:
+    """The window arguments and what `finetune squad` and `predict squad` share besides."""
+    add_window_arguments(parser)
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=MAX_SEQ_LENGTH)
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
@@ -433,7 +468,7 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--logging-steps", type=flags.positive_int, default=50)
     parser.add_argument("--save-steps", type=flags.non_negative_int, default=0, help="checkpoint every N steps (0: only at the end)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output")
-    _add_window_arguments(parser)
+    _add_run_arguments(parser)
 
 
 def run_finetune(args) -> int:
@@ -465,7 +500,7 @@ def add_predict_arguments(parser) -> None:
     parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="predict even with a model that has no span head (its answers are random)")
-    _add_window_arguments(parser)
+    _add_run_arguments(parser)
 
 
 def run_predict(args) -> int:
@@ -489,8 +524,9 @@ def add_evaluate_arguments(parser) -> None:
 
 
 def run_evaluate(args) -> int:
-    """Exactly the official scripts' numbers and keys, as one JSON object."""
-    print(json.dumps(evaluate_squad(args.data_file, args.pred_file, args.na_prob_file)))
+    """Exactly the official scripts' numbers and keys, as one JSON object (what `predict squad` prints)."""
+    result = evaluate_prediction_file(args.data_file, args.pred_file, args.na_prob_file)
+    print(json.dumps(result.document["metrics"]))
     return 0
 
 
@@ -524,7 +560,6 @@ def run_benchmark(version: str, settings: BenchmarkSettings) -> TaskResult:
         max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_dev_examples")), progress=False, **files)
 
 
-MAX_SEQ_LENGTH = 384  # the paper's (and run_squad.py's) window length
 BENCHMARKS = (
     Benchmark(name="squad", label="SQuAD v1.1 F1", max_seq_length=MAX_SEQ_LENGTH,
               has_data=lambda data_dir: (data_dir / "squad" / "train-v1.1.json").is_file(),

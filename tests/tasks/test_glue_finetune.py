@@ -121,6 +121,33 @@ def test_glue_table_layout_and_average():
     assert mnli["glue_score"] == pytest.approx(((0.846 + 0.834) / 2 + (0.88 + 0.86) / 2) / 2)
 
 
+def test_one_run_accumulates_micro_batches_into_the_batch(tiny_model, tmp_path):
+    # grad_accum 2 takes two micro-batches of 2 for each batch of 4, padded to their own lengths: with
+    # dropout off the run ends on the model one batch of 4 per step gives (the gradient is the same mean).
+    from bertkit.tasks.common import train_one
+
+    directory = tiny_model(BertForSequenceClassification, tmp_path / "tiny", hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0)
+    generator = torch.Generator().manual_seed(0)
+    features = []
+    for i in range(8):
+        n = 3 + 2 * i  # lengths differ, so the two ways pad differently
+        features.append({"input_ids": [101, *torch.randint(1000, 2000, (n,), generator=generator).tolist(), 102],
+                         "token_type_ids": [0] * (n + 2), "attention_mask": [1] * (n + 2), "labels": i % 2})
+    config = dict(learning_rate=1e-2, epochs=2, batch_size=4, seed=1)
+    trained = []
+    for grad_accum in (1, 2):
+        model = BertForSequenceClassification.from_pretrained(directory)
+        train_one(model, features, config, precision="fp32", device="cpu", grad_accum=grad_accum)
+        trained.append(model.state_dict())
+    start = BertForSequenceClassification.from_pretrained(directory).state_dict()
+    assert not torch.allclose(trained[0]["classifier.weight"], start["classifier.weight"])  # it did train
+    for name, value in trained[0].items():
+        assert torch.allclose(value, trained[1][name], atol=1e-5), name
+    with pytest.raises(BertkitError, match="batch size 4 is not a multiple of --grad-accum 3"):
+        train_one(model, features, config, precision="fp32", device="cpu", grad_accum=3)
+
+
 @pytest.mark.slow
 def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     # Same weights and batch order, dropout off: bertkit's run (features, dynamic padding, AdamW with

@@ -15,6 +15,7 @@ from bertkit.metrics.conll import conll_chunks, evaluate_conll, evaluate_conll_f
 from bertkit.tasks.ner import (
     Sentence,
     detect_scheme,
+    evaluate_prediction_file,
     find_conll_files,
     label_list,
     load_tokenizer,
@@ -354,6 +355,9 @@ def test_evaluate_conll_cli(tmp_path, capsys):
     assert result["precision"] == pytest.approx(1 / 3) and result["recall"] == pytest.approx(1 / 3)
     assert result["f1"] == pytest.approx(1 / 3) and result["accuracy"] == pytest.approx(4 / 6)
     assert result["per_type"]["ORG"]["f1"] == 1.0 and result["per_type"]["PER"]["precision"] == 0.0
+    scored = evaluate_prediction_file(path)  # as a Python call: the TaskResult every task returns
+    assert (scored.task, scored.metric, scored.value, scored.document["metrics"]) == ("ner", "f1", result["f1"], result)
+    assert scored.metrics == {k: result[k] for k in ("precision", "recall", "f1", "accuracy")}
     path.write_text("EU B-ORG\n")
     assert main(["evaluate", "conll", str(path)]) == 2
     assert f"{path}:1:" in capsys.readouterr().err

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main
-from bertkit.tasks.squad import (SquadPredictions, postprocess_predictions, read_squad, score_predictions,
-                                 squad_json)
+from bertkit.tasks.squad import (SquadPredictions, evaluate_prediction_file, postprocess_predictions, read_squad,
+                                 score_predictions, squad_json)
 from bertkit.tasks.squad_windows import (SquadAnswer, SquadExample, SquadWindow, TokenizedPassage, doc_spans,
                                          squad_windows)
 
@@ -227,6 +227,15 @@ def test_evaluate_command_prints_the_official_numbers(tmp_path, capsys):
     assert set(result) == {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total", "NoAns_exact",
                            "NoAns_f1", "NoAns_total", "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"}
     assert result["exact"] == pytest.approx(200 / 3) and result["total"] == 3 and result["NoAns_exact"] == 100.0
+
+    # As a Python call: the TaskResult every task returns, its metrics the printed numbers as fractions.
+    scored = evaluate_prediction_file(data, predictions, odds)
+    assert (scored.task, scored.metric, scored.document["metrics"]) == ("squad2", "f1", result)
+    assert scored.metrics == pytest.approx({k: v / 100 for k, v in result.items()
+                                            if ("exact" in k or "f1" in k) and "thresh" not in k})
+    assert scored.value == pytest.approx(result["f1"] / 100) and scored.output_dir is None
+    v1 = evaluate_prediction_file(tmp_path / "v1.json", tmp_path / "p.json")
+    assert (v1.task, v1.metrics) == ("squad", pytest.approx({"exact_match": 0.5, "f1": (2 / 3 + 1) / 2}))
 
     assert main(["evaluate", "squad", str(tmp_path / "missing.json"), predictions]) == 2
     assert "missing.json" in capsys.readouterr().err
