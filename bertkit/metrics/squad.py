@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from ..errors import BertkitError
+from ..errors import BertkitError, reading
 
 log = logging.getLogger("bertkit")
 
@@ -93,14 +93,8 @@ def f1_score_v2(prediction: str, ground_truth: str) -> float:
 
 def _load_json(path: str | Path, what: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with reading(path, what), open(path, encoding="utf-8") as handle:
             return json.load(handle)
-    except FileNotFoundError:
-        raise BertkitError(f"{what} not found", path=str(path)) from None
-    except IsADirectoryError:
-        raise BertkitError(f"{what} is a directory, expected a JSON file", path=str(path)) from None
-    except UnicodeDecodeError as err:
-        raise BertkitError(f"{what} is not UTF-8 text ({err.reason})", path=str(path)) from None
     except json.JSONDecodeError as err:
         message = f"{what} is not valid JSON: {err.msg} (column {err.colno})"
         raise BertkitError(message, path=str(path), line=err.lineno) from None
