@@ -227,11 +227,6 @@ def test_cpu_hour_budget_compares_bert_and_random_init_over_seeds_at_equal_pretr
 def test_timed_budget_runs_and_its_pretraining_resumes(tmp_path, data_dir):
     """Each variant under a few seconds of pre-training (the recipe's model, no "model" section), BERT and
     random init fine-tuned with 3 seeds; an interrupted budgeted pre-training stage resumes on its plan."""
-    import torch
-
-    # The first optimizer of a process imports torch._dynamo (seconds on a loaded machine): not what this
-    # test's short budget is about.
-    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
     corpus = {**load_budget("smoke")["corpus"], "heldout_documents": 3}  # a small held-out set: cheap evaluations
     path = _budget_file(tmp_path, model=None, variants=["bert"], corpus=corpus,
                         pretrain={"time_budget": "30s", "batch_size": 8, "eval_batches": 1, "logging_steps": 5},
