@@ -10,10 +10,14 @@ redone; an interrupted pre-training stage resumes from its last checkpoint):
   model-*       derived models: ltr+bilstm (BiLSTM added at fine-tuning),       stage_derived_models
                 random-init baseline, the real all-MiniLM-L6-v2 for contrast
   finetune-M-T  every model on every task (the task table, tasks/registry.py)   stage_finetune
-  report        report.md + report.json + curves                                stage_report
+  report        report.md + report.json + curves (reproduce_report.py)          stage_report
 
 Every stage calls the same library functions as the individual commands; every task returns a
-TaskResult (fractions), shown in the report as percent.
+TaskResult (fractions), shown in the report as percent. A budget's "pretrain" section gives either
+a fixed step count with the optimizer settings, or `time_budget`: each variant then pre-trains for
+that wall-clock time with the recipe measured for it (pretraining/recipe.py), settings the budget
+names overriding the recipe's. "finetune_by_model" changes the fine-tuning settings of one model
+(e.g. more seeds for the two the report compares: `bert` and `random-init`).
 """
 
 from __future__ import annotations
@@ -25,26 +29,26 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from . import __version__
 from .config import BertConfig
 from .errors import BertkitError
 from .heads import BertForPreTraining
 from .plot import plot_run
 from .pretraining.corpus import iter_documents
 from .pretraining.create import create_pretraining_data
+from .pretraining.recipe import recipe_for_budget
 from .pretraining.run import pretrain
+from .reproduce_report import write_report
 from .tasks.common import BenchmarkSettings, TaskResult, resolve_data_dir
 from .tasks.registry import BENCHMARKS, benchmark
 from .tokenizer import BertTokenizer, train_tokenizer
+from .train.plan import parse_duration
 
 log = logging.getLogger("bertkit")
 
@@ -52,16 +56,8 @@ BUDGET_DIR = Path(__file__).parent / "budgets"
 VARIANTS = ("bert", "no-nsp", "ltr", "ltr+bilstm")
 PRETRAIN_SETTINGS = {"bert": dict(objective="mlm", nsp=True), "no-nsp": dict(objective="mlm", nsp=False),
                      "ltr": dict(objective="mlm", nsp=False) | {"objective": "ltr"}}
-VARIANT_LABELS = {"bert": "BERT (MLM + NSP)", "no-nsp": "No NSP", "ltr": "LTR & No NSP",
-                  "ltr+bilstm": "+ BiLSTM", "random-init": "random init (no pre-training)",
-                  "reference": "all-MiniLM-L6-v2 (real pre-trained weights)"}
-# The paper's Table 5 (BERT-BASE, dev): the metric each column reports.
-PAPER_TABLE5 = {
-    "bert": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst-2": 92.7, "squad": 88.5},
-    "no-nsp": {"mnli": 83.9, "qnli": 84.9, "mrpc": 86.5, "sst-2": 92.6, "squad": 87.9},
-    "ltr": {"mnli": 82.1, "qnli": 84.3, "mrpc": 77.5, "sst-2": 92.1, "squad": 77.8},
-    "ltr+bilstm": {"mnli": 82.1, "qnli": 84.1, "mrpc": 75.7, "sst-2": 91.6, "squad": 84.9},
-}
+
+
 def load_budget(name_or_path: str) -> dict:
     path = Path(name_or_path)
     if not path.is_file():
@@ -78,14 +74,49 @@ def load_budget(name_or_path: str) -> dict:
     return budget
 
 
+# A budget's "pretrain" section names either a fixed schedule (max_steps with the learning rate,
+# warm-up and batch) or a wall-clock time_budget per variant; with a time budget every setting it
+# does not name comes from the recipe measured for that budget (pretraining/recipe.py).
+FIXED_PRETRAIN_KEYS = {"max_steps", "batch_size", "learning_rate", "warmup_steps", "logging_steps", "eval_steps",
+                       "eval_batches", "save_steps", "phase2_fraction"}
+RECIPE_KEYS = ("batch_size", "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "dropout",
+               "masked_lm_prob", "position_init", "short_seq_length", "short_seq_fraction")
+BUDGETED_PRETRAIN_KEYS = {"time_budget", "logging_steps", "eval_batches", "phase2_fraction", *RECIPE_KEYS}
+# Keys a time budget plans itself: naming them would be silently ignored, so they are refused.
+PLANNED_BY_THE_BUDGET = {"max_steps": "a time budget sets the step count",
+                         "warmup_steps": "the warm-up is a share of the measured steps: give warmup_ratio",
+                         "eval_steps": "a budgeted run spreads its evaluations over the budget",
+                         "save_steps": "a budgeted run spreads its checkpoints over the budget"}
+FINETUNE_KEYS = {"learning_rates", "epochs", "batch_size", "seeds", "max_seq_length"}
+
+
 def check_budget(budget: dict) -> None:
-    """Catch, before any work, settings that would fail hours into a run."""
+    """Catch, before any work, settings that would fail hours into a run (or be silently ignored)."""
     where = budget.get("_path")
-    missing = [k for k in ("name", "corpus", "vocab", "pretraining_data", "model", "pretrain", "finetune", "tasks")
+    missing = [k for k in ("name", "corpus", "vocab", "pretraining_data", "pretrain", "finetune", "tasks")
                if k not in budget]
+    if "model" not in budget and "time_budget" not in budget.get("pretrain", {}):
+        missing.append("model")  # with a time budget the recipe names the model
     if missing:
         raise BertkitError(f"budget lacks the section(s) {', '.join(missing)}", path=where)
-    positions = budget["model"].get("max_position_embeddings", 512)
+    check_pretrain_section(budget)
+    by_model = budget.get("finetune_by_model", {})
+    for model_name, settings in by_model.items():
+        if model_name not in VARIANTS + ("random-init",):
+            raise BertkitError(f"finetune_by_model.{model_name}: not a model of the reproduction (one of "
+                               f"{', '.join(VARIANTS + ('random-init',))})", path=where,
+                               line=_line_of(where, model_name))
+        unknown = sorted(set(settings) - FINETUNE_KEYS)
+        if unknown:
+            raise BertkitError(f"finetune_by_model.{model_name}: unknown setting(s) {', '.join(unknown)} (known: "
+                               f"{', '.join(sorted(FINETUNE_KEYS))})", path=where, line=_line_of(where, unknown[0]))
+    if "preset" not in budget_model(budget):
+        raise BertkitError("the model section needs a preset (tiny, mini, small, medium, base, large)", path=where,
+                           line=_line_of(where, "model"))
+    try:
+        positions = model_config(budget).max_position_embeddings
+    except BertkitError as e:
+        raise BertkitError(f"model: {e.message}", path=where, line=_line_of(where, "model")) from None
     lengths = {"pretraining_data.max_seq_length": budget["pretraining_data"].get("max_seq_length", 128)}
     for task, cfg in budget["tasks"].items():
         own = BENCHMARKS[task].max_seq_length if task in BENCHMARKS else None
@@ -95,6 +126,62 @@ def check_budget(budget: dict) -> None:
         if length > positions:
             raise BertkitError(f"{key} is {length}, more than the model's max_position_embeddings {positions}: "
                                "shorten it or give the model more positions", path=where)
+
+
+def check_pretrain_section(budget: dict) -> None:
+    """A time budget or a fixed step count, not both; no key the chosen schedule would ignore."""
+    where, p = budget.get("_path"), budget["pretrain"]
+    if "time_budget" in p and "max_steps" in p:
+        raise BertkitError("pretrain gives both time_budget and max_steps: give one (a time budget sets the "
+                           "step count)", path=where, line=_line_of(where, "max_steps"))
+    if "time_budget" in p:
+        try:
+            parse_duration(p["time_budget"])
+        except BertkitError as e:
+            raise BertkitError(f"pretrain.time_budget: {e.message}", path=where,
+                               line=_line_of(where, "time_budget")) from None
+        for key in p:
+            if key in PLANNED_BY_THE_BUDGET:
+                raise BertkitError(f"pretrain.{key} has no effect with time_budget ({PLANNED_BY_THE_BUDGET[key]})",
+                                   path=where, line=_line_of(where, key))
+            if key not in BUDGETED_PRETRAIN_KEYS:
+                known = ", ".join(sorted(BUDGETED_PRETRAIN_KEYS))
+                raise BertkitError(f"pretrain.{key} is not a setting of a budgeted run (known: {known})", path=where,
+                                   line=_line_of(where, key))
+        return
+    need = [k for k in ("max_steps", "batch_size", "learning_rate", "warmup_steps") if k not in p]
+    if need:
+        raise BertkitError(f"pretrain needs time_budget, or max_steps with batch_size, learning_rate and "
+                           f"warmup_steps (missing: {', '.join(need)})", path=where, line=_line_of(where, "pretrain"))
+    for key in p:
+        if key not in FIXED_PRETRAIN_KEYS:
+            raise BertkitError(f"pretrain.{key} is not a setting of a fixed-step run (known: "
+                               f"{', '.join(sorted(FIXED_PRETRAIN_KEYS))}; or give time_budget)", path=where,
+                               line=_line_of(where, key))
+
+
+def _line_of(path: str | None, key: str) -> int | None:
+    """The line of a budget file where `"key"` first appears, for the one-line error."""
+    if not path or not Path(path).is_file():
+        return None
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if f'"{key}"' in line:
+            return number
+    return None
+
+
+def pretrain_time_budget(budget: dict) -> float | None:
+    """The wall-clock seconds each variant pre-trains for, or None for a fixed step count."""
+    tb = budget["pretrain"].get("time_budget")
+    return None if tb is None else parse_duration(tb)
+
+
+def budget_model(budget: dict) -> dict:
+    """The budget's "model" section; without one (a budgeted run), the model the recipe measured best
+    for the time budget."""
+    if "model" in budget:
+        return budget["model"]
+    return {"preset": recipe_for_budget(pretrain_time_budget(budget)).model_config}
 
 
 def _key(obj) -> str:
@@ -216,25 +303,36 @@ def make_data(run: Reproduction, d: Path) -> dict:
 
 
 def model_config(budget: dict, **overrides) -> BertConfig:
-    settings = dict(budget["model"])  # a copy: the budget stays as given
+    settings = dict(budget_model(budget))  # a copy: the budget stays as given
     return BertConfig.preset(settings.pop("preset"), **{**settings, **overrides})
 
 
 def pretrain_variant(run: Reproduction, variant: str, d: Path) -> dict:
-    """One pre-training run of an ablation variant, with its curves."""
+    """One pre-training run of an ablation variant, with its curves: a fixed step count with the given
+    optimizer settings, or (with time_budget) the recipe for the budget, every variant under the same one."""
     p, data = run.budget["pretrain"], run.data
-    result = pretrain(data=data["train"], output=str(d), model_config=model_config(run.budget),
-                      max_steps=p["max_steps"], batch_size=p["batch_size"], learning_rate=p["learning_rate"],
-                      warmup_steps=p["warmup_steps"], logging_steps=p.get("logging_steps", 10),
-                      save_steps=p.get("save_steps", 0), eval_steps=p.get("eval_steps", 0),
+    settings = budget_model(run.budget)
+    model = settings["preset"] if set(settings) == {"preset"} else model_config(run.budget)  # a name reads better
+    if "time_budget" in p:
+        schedule = dict(time_budget=p["time_budget"], **{k: p[k] for k in RECIPE_KEYS if k in p})
+    else:
+        schedule = dict(max_steps=p["max_steps"], batch_size=p["batch_size"], learning_rate=p["learning_rate"],
+                        warmup_steps=p["warmup_steps"], save_steps=p.get("save_steps", 0),
+                        eval_steps=p.get("eval_steps", 0))
+    result = pretrain(data=data["train"], output=str(d), model_config=model, logging_steps=p.get("logging_steps", 10),
                       eval_data=data["heldout"], eval_batches=p.get("eval_batches", 10), resume=True,
                       phase2_data=data.get("train_phase2"), phase2_fraction=p.get("phase2_fraction", 0.1),
-                      precision=run.precision, progress=False, **PRETRAIN_SETTINGS[variant])
+                      precision=run.precision, progress=False, **schedule, **PRETRAIN_SETTINGS[variant])
     plots = [str(x) for x in plot_run(d, title=variant)]
     final_eval = result.eval_history[-1] if result.eval_history else {}
+    record = json.loads((d / "pretrain_args.json").read_text())
+    batch = record["recipe"]["batch_size"]
     return {"model": str(d), "steps": result.global_step, "seq_per_s": result.sequences_per_second,
-            "train_seconds": result.train_seconds, "final_eval": final_eval, "last_train_log": result.last_logs,
-            "plots": plots}
+            "sequences": result.global_step * batch, "batch_size": batch,
+            "train_seconds": result.train_seconds, "elapsed_seconds": result.elapsed_seconds,
+            "time_budget_seconds": record.get("time_budget_seconds"), "stopped_early": result.stopped_early,
+            "deviations_from_paper": record.get("deviations_from_paper", []), "final_eval": final_eval,
+            "last_train_log": result.last_logs, "plots": plots}
 
 
 def make_bilstm(run: Reproduction, d: Path) -> dict:
@@ -266,9 +364,12 @@ def finetune_model(run: Reproduction, model_name: str, task: str, d: Path) -> di
 
 
 def finetune_settings(budget: dict, model_name: str) -> dict:
+    """The budget's "finetune" section, with what "finetune_by_model" (e.g. more seeds for the models
+    the report compares) or "reference_model" changes for this model."""
     ft = dict(budget["finetune"])
     if model_name == "reference":
         ft.update({k: v for k, v in budget.get("reference_model", {}).items() if k not in ("enabled", "tasks")})
+    ft.update(budget.get("finetune_by_model", {}).get(model_name, {}))
     return ft
 
 
@@ -284,8 +385,14 @@ def task_summary(task: str, result: TaskResult) -> dict:
     def pct(x):
         return None if x is None else 100.0 * x
 
+    runs = result.document.get("runs") if isinstance(result.document, dict) else None
+    configs = [r.get("config") for r in runs] if isinstance(runs, list) else []
+    pairs = [(m.get(result.metric), configs[i] if len(configs) == len(result.run_metrics) else None)
+             for i, m in enumerate(result.run_metrics)]
+    pairs = [(float(v), c) for v, c in pairs if isinstance(v, (int, float))]
     return {"task": task, "metric": result.metric, "value": pct(result.value), "metrics": result.metrics,
-            "runs": len(result.run_metrics) or 1, "run_scores": [pct(v) for v in result.run_values]}
+            "runs": len(result.run_metrics) or 1, "run_scores": [pct(v) for v, _ in pairs],
+            "run_configs": [c for _, c in pairs]}
 
 
 def available_tasks(budget_tasks: dict, data_dir: Path) -> list[str]:
@@ -330,10 +437,15 @@ def stage_data(run: Reproduction) -> None:
 
 def stage_pretrain(run: Reproduction) -> None:
     needed = [v for v in PRETRAIN_SETTINGS if v in run.variants or (v == "ltr" and "ltr+bilstm" in run.variants)]
+    if "time_budget" in run.budget["pretrain"]:
+        # A process's first optimizer imports torch._dynamo (seconds): paid here, not inside the first
+        # variant's clock, so that every variant's time budget buys the same training.
+        torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
     for variant in needed:
-        result = run.stages.run(f"pretrain-{variant}", {"model": run.budget["model"], "pretrain": run.budget["pretrain"],
-                                                         "variant": variant, "precision": run.precision},
-                                functools.partial(pretrain_variant, run, variant), inputs=("data",), resumable=True)
+        config = {"model": budget_model(run.budget), "pretrain": run.budget["pretrain"], "variant": variant,
+                  "precision": run.precision}
+        result = run.stages.run(f"pretrain-{variant}", config, functools.partial(pretrain_variant, run, variant),
+                                inputs=("data",), resumable=True)
         run.model_dirs[variant] = Path(result["model"])
 
 
@@ -343,7 +455,7 @@ def stage_derived_models(run: Reproduction) -> None:
                                                            inputs=("pretrain-ltr",))["model"])
     run.model_dirs = {v: run.model_dirs[v] for v in run.variants}
     if run.budget.get("random_init_baseline", True):
-        run.model_dirs["random-init"] = Path(run.stages.run("model-random-init", {"model": run.budget["model"]},
+        run.model_dirs["random-init"] = Path(run.stages.run("model-random-init", {"model": budget_model(run.budget)},
                                                             functools.partial(make_random, run),
                                                             inputs=("vocab",))["model"])
     if run.budget.get("reference_model", {}).get("enabled"):
@@ -420,146 +532,22 @@ def _fmt(x) -> str:
 
 
 def plan(budget: dict, data_dir: Path, variants: list[str], tasks: list[str]) -> dict:
-    """What a run would do, without doing it (the `paper` budget is checked this way here)."""
+    """What a run would do, without doing it (the `paper` budget is checked this way here). A budgeted
+    run's step count is measured when it starts, so its plan gives the time instead."""
     config = model_config(budget)
     p = budget["pretrain"]
-    steps = p["max_steps"]
+    steps = p.get("max_steps")
     stages = ["corpus", "vocab", "data"] + [f"pretrain-{v}" for v in variants if v != "ltr+bilstm"]
     stages += [f"finetune-{m}-{t}" for m in list(variants) + ["random-init"] for t in tasks] + ["report"]
+    seeds = {m: finetune_settings(budget, m)["seeds"] for m in list(variants) + ["random-init"]}
     return {"budget": budget["name"], "model": config.to_dict(), "pretrain_steps": steps,
-            "sequences_seen": steps * p["batch_size"], "phase2": p.get("phase2_fraction"), "stages": stages,
-            "tasks": tasks, "variants": variants, "data_dir": str(data_dir)}
-
-
-def write_report(out: Path, budget: dict, data_dir: Path, stages: Stages, corpus: dict, data: dict,
-                 model_dirs: dict, tasks: list[str], results: dict, seconds: float, precision: str) -> dict:
-    rows = [m for m in model_dirs]
-    lines = [f"# bertkit reproduction — budget `{budget['name']}`", "",
-             budget.get("about", ""), "",
-             "## Environment and command", "",
-             f"- bertkit {__version__}, Python {platform.python_version()}, torch {torch.__version__}, "
-             f"{os.cpu_count()} CPU core(s), {'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}, "
-             f"precision {precision}",
-             f"- command: `{' '.join(sys.argv) if sys.argv and 'bertkit' in sys.argv[0] else 'bertkit reproduce --budget ' + budget['name']}`",
-             f"- budget file: `{budget['_path']}`; data: `{data_dir}`",
-             f"- total wall time {seconds / 60:.1f} min (stages taken from cache this time: "
-             f"{len(stages.records) - len(stages.ran)} of {len(stages.records)})", "",
-             "## Pre-training", "",
-             f"Corpus slice: {corpus['train_documents']} documents ({corpus['train_words']:,} words) for training, "
-             f"{corpus['heldout_documents']} held out. Instances: {data['train_counts'].get('instances', '?')} train, "
-             f"{data['heldout_counts'].get('instances', '?')} held-out.", "",
-             "| variant | steps | seq/s | held-out MLM acc. | MLM perplexity | NSP acc. |", "|---|---|---|---|---|---|"]
-    pre = {}
-    for v in ("bert", "no-nsp", "ltr"):
-        rec = stages.records.get(f"pretrain-{v}")
-        if not rec:
-            continue
-        r = rec["result"]
-        pre[v] = r
-        ev = r.get("final_eval", {})
-        lines.append(f"| {VARIANT_LABELS[v]} | {r['steps']} | {r['seq_per_s']:.1f} | "
-                     f"{_pct(ev.get('mlm_accuracy'))} | {_num(ev.get('mlm_perplexity'))} | {_pct(ev.get('nsp_accuracy'))} |")
-    lines.append("")
-    lines.append("(LTR's 'MLM' numbers are next-token prediction on the held-out text.)")
-    lines.append("")
-    for v, r in pre.items():
-        for png in r.get("plots", []):
-            rel = os.path.relpath(png, out)
-            lines.append(f"![{v} {Path(png).stem}]({rel})")
-    lines += ["", "## Fine-tuning: a table laid out like the paper's Table 5", "",
-              "Dev-set scores (percent; accuracy, or F1 for SQuAD and NER, Matthews corr. for CoLA, Spearman for "
-              "STS-B). One row per pre-trained variant, plus the same architecture with no pre-training and a real "
-              "pre-trained encoder. Numbers are what this run measured.", ""]
-    header = "| model | " + " | ".join(_task_label(t) for t in tasks) + " |"
-    lines += [header, "|---|" + "---|" * len(tasks)]
-    for m in rows:
-        cells = []
-        for t in tasks:
-            r = results.get(m, {}).get(t)
-            cells.append(_fmt(r["value"]) if r else "-")
-        lines.append(f"| {VARIANT_LABELS.get(m, m)} | " + " | ".join(cells) + " |")
-    lines += ["", "The paper's Table 5 (BERT-BASE, 1M steps on 3.3B words; dev):", "",
-              "| model | MNLI-m | QNLI | MRPC | SST-2 | SQuAD F1 |", "|---|---|---|---|---|---|"]
-    for v, cols in PAPER_TABLE5.items():
-        lines.append(f"| {VARIANT_LABELS[v]} | " + " | ".join(f"{cols[c]:.1f}" for c in ("mnli", "qnli", "mrpc", "sst-2", "squad")) + " |")
-    if "reference" in results:
-        lines += _reference_section(budget, tasks, results)
-    lines += ["", "### Runs and seeds", ""]
-    for m in rows:
-        for t in tasks:
-            r = results.get(m, {}).get(t)
-            if r and r.get("run_scores"):
-                s = r["run_scores"]
-                mean = sum(s) / len(s)
-                sd = (sum((x - mean) ** 2 for x in s) / (len(s) - 1)) ** 0.5 if len(s) > 1 else 0.0
-                lines.append(f"- {VARIANT_LABELS.get(m, m)} / {t}: {len(s)} run(s), dev {r.get('metric', 'score')} "
-                             f"mean {mean:.1f} ± {sd:.1f} (runs: {', '.join(f'{x:.1f}' for x in s)})")
-    lines += ["", "## Wall time per stage", "", "| stage | seconds |", "|---|---|"]
-    for name, rec in stages.records.items():
-        lines.append(f"| {name} | {rec['seconds']:.1f} |")
-    lines += ["", "## What this budget can and cannot show", "", _limits_text(budget, corpus), ""]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    report = {"budget": budget["name"], "seconds": seconds, "precision": precision, "corpus": corpus,
-              "pretraining": pre, "finetune": results, "tasks": tasks, "models": {k: str(v) for k, v in model_dirs.items()},
-              "stages": {k: {"seconds": v["seconds"], "key": v["key"]} for k, v in stages.records.items()},
-              "stages_run_this_time": stages.ran, "paper_table5": PAPER_TABLE5}
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    return report
-
-
-def _reference_section(budget: dict, tasks: list[str], results: dict) -> list[str]:
-    """What full-scale pre-training buys: the real all-MiniLM-L6-v2 beside this run's BERT and random init."""
-    ref_cfg = budget.get("reference_model", {})
-    ft = {**budget["finetune"], **{k: v for k, v in ref_cfg.items() if k not in ("enabled", "tasks")}}
-    lines = ["", "## A real pre-trained encoder: all-MiniLM-L6-v2", "",
-             "The same fine-tuning code on the real all-MiniLM-L6-v2 weights (6 layers, hidden 384, distilled from a "
-             "model pre-trained on billions of words, then tuned for sentence embeddings; its own uncased vocabulary). "
-             "The gap to this run's BERT is what full-scale pre-training buys at this fine-tuning budget.", "",
-             "| task | BERT (this run) | random init | all-MiniLM-L6-v2 | MiniLM - BERT | MiniLM training data |",
-             "|---|---|---|---|---|---|"]
-    for t in tasks:
-        mine, rand, ref = (results.get(m, {}).get(t) for m in ("bert", "random-init", "reference"))
-        if not ref:
-            continue
-        gap = ref["value"] - mine["value"] if mine and ref["value"] is not None and mine["value"] is not None else None
-        cfg = {**budget["tasks"][t], **ref_cfg.get("tasks", {}).get(t, {})}
-        size = next((f"{cfg[k]:,} {k.split('_')[-1]}" for k in ("max_train_examples", "max_train_sentences") if cfg.get(k)),
-                    "all")
-        lines.append(f"| {_task_label(t)} | {_fmt(mine and mine['value'])} | {_fmt(rand and rand['value'])} | "
-                     f"{_fmt(ref['value'])} | {'-' if gap is None else f'{gap:+.1f}'} | {size} |")
-    lines += ["", f"Settings: learning rate(s) {', '.join(f'{x:g}' for x in ft['learning_rates'])}, epochs "
-              f"{', '.join(str(x) for x in ft['epochs'])}, seeds {', '.join(str(x) for x in ft['seeds'])}, "
-              f"batch {ft.get('batch_size', '-')}."]
-    return lines
-
-
-def _task_label(task: str) -> str:
-    return BENCHMARKS[task].label if task in BENCHMARKS else task
-
-
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _num(x) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-def _limits_text(budget: dict, corpus: dict) -> str:
-    p = budget["pretrain"]
-    seqs = p["max_steps"] * p["batch_size"]
-    return (f"Pre-training here saw {seqs:,} sequences from {corpus['train_words']:,} words; the paper's BERT-BASE saw "
-            f"256 x 1,000,000 = 256M sequences from 3.3B words, roughly {256_000_000 / max(seqs, 1):,.0f} times more. "
-            "At this scale a pre-trained variant may beat random initialisation by only a few points, and the "
-            "differences between variants (the paper's Table 5 ablation) are within run-to-run noise unless the "
-            "seeds column shows otherwise: read the variant rows as a check that every objective trains and "
-            "fine-tunes end to end, not as a replication of the paper's ordering. The real pre-trained encoder "
-            "row shows what full-scale pre-training buys on the same fine-tuning data. Task training sets are "
-            "subsampled as the budget file says, so absolute scores sit below the paper's.")
+            "pretrain_time_budget_seconds": pretrain_time_budget(budget),
+            "sequences_seen": None if steps is None else steps * p["batch_size"], "phase2": p.get("phase2_fraction"),
+            "finetune_seeds": seeds, "stages": stages, "tasks": tasks, "variants": variants, "data_dir": str(data_dir)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", default="demo", help="smoke | demo | cpu-day | paper, or a budget .json file")
+    p.add_argument("--budget", default="demo", help="smoke | demo | cpu-hour | cpu-day | paper, or a budget .json file")
     p.add_argument("--data-dir", help="data folder (default: $BERTKIT_DATA)")
     p.add_argument("--output", required=True)
     p.add_argument("--variants", help=f"comma list from {', '.join(VARIANTS)} (default: the budget's)")

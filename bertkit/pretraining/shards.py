@@ -376,8 +376,10 @@ class PretrainingDataset:
 
         raw = self.rows(indices)
         if max_length is not None and max_length < self.max_seq_length:
-            if masking != "dynamic" or objective != "mlm":
-                raise BertkitError("cutting instances to a shorter length needs dynamic MLM masking")
+            # The cut puts stored masks' tokens back, so MLM must draw new masks; LTR needs none.
+            if objective == "mlm" and masking != "dynamic":
+                raise BertkitError("cutting instances to a shorter length needs dynamic MLM masking (or the LTR "
+                                   "objective)")
             raw = self._cut_pairs(raw, max_length, generator)
         lengths = raw["lengths"]
         width = int(lengths.max()) if trim and len(lengths) else self.max_seq_length

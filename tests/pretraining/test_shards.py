@@ -233,6 +233,25 @@ def test_pairs_cut_to_a_shorter_length_as_the_original_truncates(fixture, reques
     assert removed > 500 and abs(front - removed / 2) < 4 * (removed / 4) ** 0.5, (front, back)
 
 
+@pytest.mark.parametrize("fixture", ["dynamic_dataset", "static_dataset"])
+def test_ltr_rows_cut_to_a_shorter_length_predict_the_next_token_of_the_cut_row(fixture, request):
+    """The LTR ablation's short-sequence phase: the same cut as MLM's, then next-token labels on the cut
+    row (static data's stored masks are undone first, so no [MASK] is left in the input)."""
+    dataset = PretrainingDataset(request.getfixturevalue(fixture)[0])
+    rows = np.arange(min(len(dataset), 200))
+    full = dataset.get_batch(rows, objective="ltr", generator=torch.Generator().manual_seed(1))
+    cut = dataset.get_batch(rows, objective="ltr", generator=torch.Generator().manual_seed(1), max_length=32)
+    assert cut["input_ids"].shape[1] <= 32 and "next_sentence_label" not in cut
+    assert not (cut["input_ids"] == MASK_ID).any()
+    for row in range(len(rows)):
+        n = int(cut["attention_mask"][row].sum())
+        ids = cut["input_ids"][row, :n].tolist()
+        assert ids[0] == CLS_ID and ids[-1] == SEP_ID
+        assert cut["labels"][row, :n - 1].tolist() == ids[1:] and (cut["labels"][row, n - 1:] == -100).all()
+        whole = full["input_ids"][row, :int(full["attention_mask"][row].sum())].tolist()
+        assert set(ids) <= set(whole)  # pieces of the original pair, nothing new
+
+
 def test_cutting_pairs_needs_dynamic_masking_and_room(static_dataset):
     dataset = PretrainingDataset(static_dataset[0])
     with pytest.raises(BertkitError, match="dynamic"):

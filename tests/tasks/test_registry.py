@@ -27,7 +27,7 @@ def test_every_task_module_has_the_surface(name):
 def test_benchmark_names_are_unique_and_cover_every_shipped_budget():
     names = [b.name for t in TASKS.values() for b in t.module.BENCHMARKS]
     assert len(names) == len(set(names)) == len(BENCHMARKS)
-    for budget in ("smoke", "demo", "cpu-day", "paper"):
+    for budget in ("smoke", "demo", "cpu-hour", "cpu-day", "paper"):
         assert set(load_budget(budget)["tasks"]) <= set(BENCHMARKS), budget
     with pytest.raises(BertkitError, match="unknown task 'nope'"):
         benchmark("nope")

@@ -72,6 +72,33 @@ def test_cli_v2_article_split_finetune_then_predict(data_dir, tiny_model_dir, tm
     assert all((applied[qid] == "") == (repredicted[qid] > 0.5) for qid in applied)
 
 
+def test_reproduce_benchmark_runs_squad_once_per_seed_and_keeps_the_best(data_dir, tiny_model_dir, tmp_path,
+                                                                         one_thread):
+    """A reproduction budget's seeds: one run each in runs/seed<S>, the best dev F1's files and model in
+    the output folder, every run's metrics and configuration kept (the report's mean / sd need them)."""
+    from bertkit.tasks.common import BenchmarkSettings
+    from bertkit.tasks.registry import benchmark
+
+    out = tmp_path / "out"
+    settings = BenchmarkSettings(
+        model_dir=tiny_model_dir, data_dir=data_dir, output_dir=out, precision="fp32",
+        finetune={"learning_rates": [1e-3], "epochs": [1], "batch_size": 8, "seeds": [1, 2], "max_seq_length": 64},
+        task={"max_train_examples": 24, "max_eval_examples": 16, "max_seq_length": 64, "doc_stride": 24,
+              "max_query_length": 16})
+    result = benchmark("squad2").run(settings)
+    runs = [json.loads((out / "runs" / f"seed{s}" / "results.json").read_text()) for s in (1, 2)]
+    assert [r["config"]["seed"] for r in runs] == [1, 2]
+    f1s = [r["metrics"]["best_threshold"]["f1"] / 100 for r in runs]
+    assert [m["f1"] for m in result.run_metrics] == pytest.approx(f1s)
+    assert result.value == pytest.approx(max(f1s))
+    document = json.loads((out / "results.json").read_text())
+    assert [r["config"]["seed"] for r in document["runs"]] == [1, 2]
+    best = document["best"]["config"]["seed"]
+    assert (out / "predictions.json").read_text() == (out / "runs" / f"seed{best}" / "predictions.json").read_text()
+    assert (out / "model" / "model.safetensors").read_bytes() == \
+        (out / "runs" / f"seed{best}" / "model" / "model.safetensors").read_bytes()
+
+
 def test_training_questions_without_an_answer_are_an_error(tiny_model_dir, tmp_path):
     data = {"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [
         {"id": "q1", "question": "Where?", "answers": []}]}]}]}
