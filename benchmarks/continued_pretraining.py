@@ -21,7 +21,7 @@ Stages (each cached in --work, so a rerun redoes only what is missing):
 
     python benchmarks/continued_pretraining.py --data-dir $BERTKIT_DATA --work runs/continued \
         --output benchmarks/results --time-budget 10m --pretrain-batch 16 --eval-batches 4 \
-        --sst2-train 4000 --ner-train 1500
+        --sst2-train 4000 --ner-train 800
 On a 2-core machine shared with two other jobs a MiniLM step (batch 16, length 128) took ~8-12 s,
 so 10 minutes bought only a few dozen steps; give a quiet machine, or hours, for a real adaptation.
 """
