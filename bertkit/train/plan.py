@@ -176,7 +176,9 @@ def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left
         # Later re-plans (off pace, at an evaluation) keep the evaluation and checkpoint grid: a new
         # grid would skip the evaluation due at this very step and scatter the rest of the curve.
         return dataclasses.replace(plan, steps_per_phase=steps, replanned_at=step)
-    eval_points = eval_points_left + 1
+    # The grid keeps the number of evaluations the run was planned with (counting from step 0 to the
+    # end): counting from what is left overshot by one or two when the first re-plan came early.
+    eval_points = math.ceil(plan.total_steps / plan.eval_steps) if plan.eval_steps else 1
     return dataclasses.replace(plan, steps_per_phase=steps,
                                eval_steps=max(1, math.ceil(total / eval_points)) if plan.eval_steps else 0,
                                save_steps=max(1, math.ceil(total / (saves_left + 1))) if plan.save_steps else 0,

@@ -261,7 +261,9 @@ def test_budgeted_run_ends_on_time_with_the_schedule_at_zero(tmp_path):
     assert train[-1]["learning_rate"] == 0.0 and train[-1]["step"] == result.plan.total_steps
     assert max(r["learning_rate"] for r in train) == pytest.approx(1e-3, rel=0.05)
     evals = [r for r in records if r.get("eval")]
-    assert evals[0]["step"] == 0 and evals[-1]["step"] == result.plan.total_steps and 8 <= len(evaluations) <= 12
+    # ~10 on the grid plus step 0; a run that re-plans longer later keeps the grid's spacing, so on a
+    # loaded machine (steps faster than the first, busy ones measured) it may evaluate a few more times.
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == result.plan.total_steps and 8 <= len(evaluations) <= 14
     assert all(r["elapsed_s"] <= 8.0 for r in records)
     summary = json.loads((tmp_path / "train_summary.json").read_text())
     assert summary["time_budget_seconds"] == 6.0 and summary["calibration"]["seconds_per_step"][0] > 0.02
