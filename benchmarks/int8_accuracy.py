@@ -19,9 +19,15 @@ the folder to fine-tune again).
   and for MRPC the agreement of the pair-similarity ranking (Spearman) and of the best-threshold
   paraphrase decision between fp32 and int8.
 
-Accuracy, not speed: it need not hold the timing lock (wall times are recorded for planning only).
+`--layers` adds, per fine-tuned model, which Linear layers int8 hurts: int8 everywhere but one
+group kept fp32 (a layer, or one kind of Linear across the layers), and the outlier split of
+kernels/int8.py placed nowhere, in both feed-forward Linears or in every Linear.
 
-    python benchmarks/int8_accuracy.py --data-dir $BERTKIT_DATA --work-dir runs/int8-finetuned \
+Accuracy, not speed: it need not hold the timing lock (wall times, process start included, are
+recorded for planning only). On a shared machine, OMP_NUM_THREADS=1 keeps the fine-tuning's
+threads from fighting the other jobs'.
+
+    python benchmarks/int8_accuracy.py --data-dir $BERTKIT_DATA --work-dir runs/int8-finetuned --layers \
         --output benchmarks/results/<class>/int8_accuracy_finetuned.json
     python benchmarks/int8_accuracy.py --mode embeddings --data-dir $BERTKIT_DATA --output runs/int8-accuracy.json
 """
@@ -182,20 +188,18 @@ LINEAR_KINDS = {"query/key/value": ("attention.self.query", "attention.self.key"
 
 
 def _kind(name: str) -> str:
-    for kind, suffixes in LINEAR_KINDS.items():
-        if name.endswith(suffixes) and not (kind == "ffn output" and "attention" in name):
-            return kind
-    raise ValueError(name)
+    return next(kind for kind, suffixes in LINEAR_KINDS.items() if name.endswith(suffixes))  # attention output first
 
 
 def layer_sensitivity(task: str, data_dir: str, work: Path) -> dict:
     """Which Linear layers int8 hurts: the fine-tuned model's dev set with everything int8 but one group
-    (a layer's six Linears, or one kind across the layers) kept fp32, against fp32. In process, on
-    the inference engine predict uses (same batches); the model is swapped under it."""
+    (a layer's six Linears, or one kind across the layers) kept fp32, and with the outlier split
+    (kernels/int8.py) in no Linear or in every one, against fp32. In process, on the inference
+    engine predict uses (same batches); the model is swapped under it."""
     import copy
 
     from bertkit.inference import InferenceEngine
-    from bertkit.kernels.int8 import quantize_int8
+    from bertkit.kernels.int8 import OUTLIER_THRESHOLD, Int8Linear, quantize_int8
     from bertkit.tasks.glue import glue_task, label_id, load_glue_split
 
     spec = glue_task(task)
@@ -216,17 +220,31 @@ def layer_sensitivity(task: str, data_dir: str, work: Path) -> dict:
                    for i in range(fp32_model.config.num_hidden_layers)})
     groups.update({kind: [n for n in names if _kind(n) == kind] for kind in LINEAR_KINDS})
     result = {"fp32_accuracy": 100 * float((reference.argmax(1) == gold).mean())}
+
+    def score(model) -> dict:
+        got = probabilities(model)
+        change = np.abs(got - reference).max(1)
+        return {"accuracy": 100 * float((got.argmax(1) == gold).mean()),
+                "agreement": float((got.argmax(1) == reference.argmax(1)).mean()),
+                "mean_abs_probability_change": float(change.mean()), "max_abs_probability_change": float(change.max())}
+
     for group, kept in groups.items():
         model = quantize_int8(copy.deepcopy(fp32_model))
         for name in kept:  # put the fp32 Linear back
             parent, _, leaf = name.rpartition(".")
             setattr(model.bert.encoder.get_submodule(parent), leaf, fp32_model.bert.encoder.get_submodule(name))
-        got = probabilities(model)
-        change = np.abs(got - reference).max(1)
-        result[f"fp32: {group}"] = {"accuracy": 100 * float((got.argmax(1) == gold).mean()),
-                                    "agreement": float((got.argmax(1) == reference.argmax(1)).mean()),
-                                    "mean_abs_probability_change": float(change.mean()),
-                                    "max_abs_probability_change": float(change.max())}
+        result[f"fp32: {group}"] = score(model)
+    # Alternatives to the shipped choice (the outlier split in the feed-forward Linears only).
+    alternatives = {"outlier split nowhere": (), "outlier split in both feed-forward Linears": ("intermediate", "ffn output"),
+                    "outlier split in every Linear": tuple(LINEAR_KINDS)}
+    for alternative, kinds in alternatives.items():
+        model = quantize_int8(copy.deepcopy(fp32_model))
+        for name in names:
+            parent, _, leaf = name.rpartition(".")
+            threshold = OUTLIER_THRESHOLD if _kind(name) in kinds else None
+            setattr(model.bert.encoder.get_submodule(parent), leaf,
+                    Int8Linear(fp32_model.bert.encoder.get_submodule(name), threshold))
+        result[alternative] = score(model)
     engine.model = fp32_model
     return result
 
