@@ -62,7 +62,8 @@ def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quan
 
     quantize "int8": the graph's MatMuls with int8 weights (a scale per output channel) and uint8
     activations quantised per call, by ONNX Runtime's `quantize_dynamic` (needs onnxruntime):
-    the scheme of bertkit's own `--quantize int8`."""
+    the scheme of bertkit's own `--quantize int8` without its fp32 outlier channels in the
+    feed-forward output projection (kernels/int8.py)."""
     if quantize not in QUANTIZE_CHOICES:
         raise BertkitError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {quantize!r}")
     if quantize == "int8":

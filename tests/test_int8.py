@@ -3,6 +3,7 @@ keeps the fast paths (unpadding), and predict / pipeline / export take the optio
 
 import copy
 import json
+import math
 
 import numpy as np
 import onnxruntime as ort
@@ -49,14 +50,55 @@ def test_int8_linear_matches_a_quantised_reference():
     assert (got.double() - exact).abs().max() < 0.1 * (exact - layer.bias.detach().double()).abs().mean()
 
 
+def test_outlier_channels_leave_the_int8_range_and_are_multiplied_in_fp32():
+    """A channel past the threshold (as the GELU output's few large channels are) no longer sets the
+    activation scale: the error is that of rounding the other channels on their own range's step,
+    as if the outlier were absent. Reference: the int8-weight product in fp64, and the rounding-noise
+    model (each input's error uniform over one step: mean |error| = sqrt(2/pi) step/sqrt(12) |w_row|)."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    x = 0.5 * torch.randn(3, 40, 64)
+    x[:, ::7, 11] = 25.0  # one outlier channel, on some tokens
+    w = layer.weight.detach().double()
+    scale = w.abs().amax(1, keepdim=True) / 127
+    wq = torch.round(w / scale).clamp(-127, 127) * scale
+    exact = x.double() @ wq.T + layer.bias.detach().double()
+    split, plain = Int8Linear(layer, outlier_threshold=6.0), Int8Linear(layer)
+    normal = torch.ones(64, dtype=torch.bool)
+    normal[11] = False
+    levels = 127 if split.reduce_range else 255
+
+    def rounding_error(values, columns):  # the noise model's mean |error| for inputs spread like `values`
+        step = float(values.max() - values.min()) / levels
+        return float((math.sqrt(2 / math.pi) * step / math.sqrt(12) * wq[:, columns].norm(dim=1)).mean())
+
+    before = x.clone()
+    got = split(x)
+    assert got.shape == (3, 40, 48)
+    assert torch.equal(x, before)  # the outlier channels, zeroed for the int8 GEMM, are put back
+    split_error, plain_error = (got.double() - exact).abs(), (plain(x).double() - exact).abs()
+    assert split_error.mean() == pytest.approx(rounding_error(x[..., normal], normal), rel=0.25)
+    assert plain_error.mean() == pytest.approx(rounding_error(x, slice(None)), rel=0.25)  # ~7x larger
+    step = float(x[..., normal].max() - x[..., normal].min()) / levels
+    assert split_error.max() <= step * wq[:, normal].abs().sum(1).max()  # the worst case, outlier left out
+    # Nothing past the threshold (or no rows): the plain int8 GEMM, bit for bit.
+    quiet = x.clone()
+    quiet[..., 11] = 0.1
+    assert torch.equal(split(quiet), plain(quiet))
+    assert split(torch.zeros(0, 64)).shape == (0, 48)
+
+
 def test_quantised_encoder_is_close_to_fp32_and_keeps_unpadding():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=128, max_position_embeddings=64)
     model = BertModel(config).eval()
     quantized = quantize_int8(copy.deepcopy(model))
-    layers = [m for m in quantized.encoder.modules() if isinstance(m, Int8Linear)]
+    layers = {name: m for name, m in quantized.encoder.named_modules() if isinstance(m, Int8Linear)}
     assert len(layers) == 2 * 6  # q, k, v, attention output, intermediate, output per layer
+    # Only the feed-forward output projection (fed by the GELU) splits off its outlier channels.
+    assert {name for name, m in layers.items() if m.outlier_threshold is not None} == {
+        "layer.0.output.dense", "layer.1.output.dense"}
     ids, mask = _batch([40, 3, 17, 29], 120)
     real = mask.bool()
     with torch.no_grad(), speed_options(unpad="always", unpad_multiple=1):

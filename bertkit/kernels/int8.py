@@ -7,8 +7,17 @@ of ONNX Runtime's `quantize_dynamic` and of torch's `quantize_dynamic`, with the
 channel rather than per tensor (closer to fp32 at the same speed). The layout (unpadding, packed
 attention), LayerNorm, softmax, the embeddings and the task heads stay fp32.
 
-The quantised layers are not `kernels.Linear`, so `project_qkv` and `linear_act` call them as
-they are (three projections, GELU after the GEMM).
+One exception to the per-tensor activations: the feed-forward output projection (4H -> H). Its
+input, the GELU output, has a few channels 5-10x larger than the rest (Bondarenko et al. 2021,
+"Understanding and Overcoming the Challenges of Efficient Transformer Quantization"; in
+all-MiniLM-L6-v2 fine-tuned on MRPC one channel reaches 25 against a 99.9th percentile of 2-3),
+and one such channel stretches the single activation scale over all the others. There the
+channels past `OUTLIER_THRESHOLD` in a call are multiplied in fp32 (with the int8 weights' values)
+and the rest in int8: LLM.int8()'s mixed-precision decomposition (Dettmers et al. 2022, its
+threshold 6.0). The cost is one pass reading the input and one over the (N, H) output, with no
+copy of the input. The other Linears stay plain int8: splitting them too gains less per pass
+(the intermediate Linear's extra pass would be over its (N, 4H) output; numbers in docs/speed.md,
+from benchmarks/int8_accuracy.py --layers).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from torch import nn
 from ..device import cpu_features
 
 QUANTIZE_CHOICES = ("none", "int8")
+OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32 (LLM.int8()'s value)
 
 
 def _engine() -> str:
@@ -37,9 +47,14 @@ class Int8Linear(nn.Module):
     call (its own min / max); int32 accumulation, fp32 in and out. Inference only.
 
     Without VNNI the int8 dot product (vpmaddubsw) saturates at int16, so the activations use 7 bits
-    there (`reduce_range`, as torch's own dynamic Linear always does); with VNNI all 8."""
+    there (`reduce_range`, as torch's own dynamic Linear always does); with VNNI all 8.
 
-    def __init__(self, layer: nn.Linear):
+    With `outlier_threshold`, the input channels holding a value past it in this call are left out
+    of the quantised GEMM (so out of its activation range) and multiplied in fp32 with their columns
+    of the int8 weights: y = Q(x with those channels zeroed) W^T + x[:, outliers] W[:, outliers]^T.
+    The input is changed in place meanwhile and restored before returning (inference only)."""
+
+    def __init__(self, layer: nn.Linear, outlier_threshold: float | None = None):
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
         weight = layer.weight.detach().float()
@@ -51,17 +66,40 @@ class Int8Linear(nn.Module):
         bias = None if layer.bias is None else layer.bias.detach().float().clone()
         self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
         self.reduce_range = not cpu_features().vnni
+        self.outlier_threshold = outlier_threshold
+        if outlier_threshold is not None:  # the packed copy is opaque: keep the int8 values for the fp32 columns
+            self._int_weight = qweight.int_repr()  # (out, in) int8
+            self._weight_scale = scale.float()[:, None]  # (out, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
-        return torch.ops.quantized.linear_dynamic(x.float().contiguous(), self._packed, self.reduce_range)
+        x = x.detach().float().contiguous()
+        flat = x.view(-1, self.in_features)  # (N, in)
+        if self.outlier_threshold is None or flat.shape[0] == 0:
+            return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
+        low, high = torch.aminmax(flat, dim=0)  # (in,) each
+        outliers = torch.nonzero((high > self.outlier_threshold) | (low < -self.outlier_threshold)).flatten()  # (k,)
+        if outliers.numel() == 0:
+            return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
+        kept = flat[:, outliers]  # (N, k)
+        # The int8 GEMM takes its range from the whole tensor: zero the outlier channels in place for it
+        # and put them back after (a copy of the input would be the split's largest cost).
+        flat.index_fill_(1, outliers, 0.0)
+        try:
+            y = torch.ops.quantized.linear_dynamic(flat, self._packed, self.reduce_range)  # (N, out)
+        finally:
+            flat.index_copy_(1, outliers, kept)
+        columns = self._int_weight[:, outliers].float() * self._weight_scale  # (out, k)
+        return torch.addmm(y, kept, columns.T).view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+        outliers = "" if self.outlier_threshold is None else f", fp32 channels past {self.outlier_threshold}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8{outliers}"
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Replace every Linear inside the model's encoder (`model.encoder` or `model.bert.encoder`)
-    by its int8 dynamic-quantised copy, in place; returns the model (in eval mode, CPU only)."""
+    by its int8 dynamic-quantised copy, in place, the feed-forward output projections with their
+    outlier channels in fp32; returns the model (in eval mode, CPU only)."""
     encoder = getattr(model, "encoder", None) or getattr(getattr(model, "bert", None), "encoder", None)
     if encoder is None:
         raise ValueError(f"{type(model).__name__} has no BERT encoder to quantise")
@@ -69,8 +107,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         raise ValueError("int8 quantisation runs on the CPU only")
     torch.backends.quantized.engine = _engine()
     model.eval()
+    # The feed-forward output projections (layer.output.dense, fed by the GELU) get the outlier split.
+    ffn_outputs = {id(layer.output.dense) for layer in getattr(encoder, "layer", ())}
     targets = [(parent, name, child) for parent in encoder.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
     for parent, name, child in targets:
-        setattr(parent, name, Int8Linear(child))
+        setattr(parent, name, Int8Linear(child, OUTLIER_THRESHOLD if id(child) in ffn_outputs else None))
     return model
