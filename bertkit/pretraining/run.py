@@ -137,6 +137,15 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
     if init_from is not None:  # a continued run starts from the checkpoint's weights, whatever the recipe's init
         recipe = dataclasses.replace(recipe, position_init=PAPER.position_init)
         deviations = deviations_from_paper(recipe, budget)
+    longest = PretrainingDataset(data).max_seq_length
+    if recipe.short_seq_length and recipe.short_seq_length >= longest:
+        if short_seq_length is not None:
+            raise BertkitError(f"--short-seq-length {short_seq_length} cuts nothing: the data's pairs are at most "
+                               f"{longest} tokens", path=data)
+        # The recipe's short phase has nothing to cut in this data: no phase, and no deviation to name.
+        log.info("the data's pairs are at most %d tokens: no short-sequence phase", longest)
+        recipe = dataclasses.replace(recipe, short_seq_length=0, short_seq_fraction=0.0)
+        deviations = deviations_from_paper(recipe, budget)
     if recipe.short_seq_length and not 0 < recipe.short_seq_fraction < 1:
         raise BertkitError("--short-seq-length needs --short-seq-fraction between 0 and 1")
     if short_seq_fraction is not None and not recipe.short_seq_length:
@@ -168,7 +177,7 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
 
     dataset1, source1 = source(data)
     phases = []  # (source, name, share of all steps)
-    if recipe.short_seq_length and recipe.short_seq_length < dataset1.max_seq_length:
+    if recipe.short_seq_length:
         short = PretrainingBatchSource(dataset1, per_rank, seed + 2, rank=rank, world_size=world,
                                        max_length=recipe.short_seq_length, **train_options)
         phases.append((short, f"short sequences (len {recipe.short_seq_length})", recipe.short_seq_fraction))
@@ -215,7 +224,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
                 "learning_rate": recipe.learning_rate, "time_budget": budget, "max_steps": recipe.max_steps,
                 "init_from": str(init_from) if init_from else None}
     args = TrainArgs(output_dir=output, learning_rate=recipe.learning_rate, warmup_steps=recipe.warmup_steps,
-                     warmup_ratio=recipe.warmup_ratio, weight_decay=recipe.weight_decay,
+                     warmup_ratio=recipe.warmup_ratio, min_warmup_steps=recipe.min_warmup_steps,
+                     weight_decay=recipe.weight_decay,
                      max_grad_norm=recipe.max_grad_norm, grad_accum=grad_accum, precision=precision, device=device,
                      seed=seed, logging_steps=logging_steps, save_steps=save_steps, eval_steps=eval_steps,
                      resume=resume, progress=progress, tokenizer=tokenizer, time_budget=budget,

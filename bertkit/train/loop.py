@@ -70,6 +70,7 @@ class TrainArgs:
     learning_rate: float = 1e-4
     warmup_steps: int | None = None  # absolute; else warmup_ratio of all steps
     warmup_ratio: float = 0.0
+    min_warmup_steps: int = 0  # with warmup_ratio: at least this many, while under a third of the steps
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     grad_accum: int = 1
@@ -204,7 +205,7 @@ class Trainer:
                 self.plan = shared[0]
         else:
             self.plan = plan_fixed(self.fixed_phase_steps(), args.warmup_steps, args.warmup_ratio,
-                                   args.eval_steps, args.save_steps)
+                                   args.eval_steps, args.save_steps, args.min_warmup_steps)
         # The factor reads the plan at every step: a budgeted run may re-plan its length once (replan).
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: linear_factor(step, self.plan.warmup_steps, self.plan.total_steps))
@@ -277,7 +278,7 @@ class Trainer:
         plan = plan_for_budget(args.time_budget, self.elapsed(), fractions, calibration, args.warmup_ratio,
                                args.eval_points if self.evaluate is not None else 1,
                                args.save_points if self.out_dir is not None else 0,
-                               margin=min(30.0, 0.01 * args.time_budget))
+                               margin=min(30.0, 0.01 * args.time_budget), min_warmup_steps=args.min_warmup_steps)
         if self.is_main:
             log.info(f"time budget {args.time_budget:.0f} s: {plan.total_steps} steps "
                      f"({', '.join(f'{t:.3f}' for t in per_step)} s/step measured, {self.elapsed():.0f} s used so far)")

@@ -30,6 +30,9 @@ def test_recipe_fills_what_is_not_given_and_names_deviations():
     assert recipe.learning_rate == 3e-4 and recipe.max_steps is None and recipe.warmup_steps is None
     assert recipe.model_config == BUDGET_RECIPES[0][1].model_config and recipe.dropout == 0.0
     assert any("learning rate 0.0003" in d for d in deviations) and any("wall-clock budget" in d for d in deviations)
+    assert recipe.min_warmup_steps == 150 and any("at least 150" in d for d in deviations)
+    given, named = resolve_recipe({"warmup_ratio": 0.01}, 15 * 60)  # a share the user gives has no floor
+    assert given.min_warmup_steps == 0 and any("warm-up 1% of the steps (paper" in d for d in named)
     paper, none = resolve_recipe({"model_config": "base", "max_steps": 1_000_000}, None)
     assert paper.warmup_steps == 10000 and paper.batch_size == 256 and none == []
 
@@ -48,6 +51,8 @@ def test_budgeted_pretrain_ends_on_time_with_a_complete_model(data32, tmp_path):
     assert config["hidden_dropout_prob"] == 0.1 and config["attention_probs_dropout_prob"] == 0.1
     named = config["bertkit_pretraining"]
     assert named["dropout_while_pretraining"] == 0.0 and any("budget" in d for d in named["deviations_from_paper"])
+    # The recipe's short phase (64 tokens) has nothing to cut in pairs of at most 32: not run, not named.
+    assert not any("cut to" in d for d in named["deviations_from_paper"])
     args = json.loads((out / "pretrain_args.json").read_text())
     assert args["time_budget_seconds"] == 25 and args["plan"]["time_budget"] == 25
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -177,6 +182,7 @@ def test_short_sequence_phase_and_position_init(data32, tmp_path):
     (["--short-seq-fraction", "0.5"], "needs --short-seq-length"),
     (["--short-seq-length", "16", "--short-seq-fraction", "0.5", "--phase2-data", "{data}", "--phase2-fraction",
       "0.6"], "add up to"),
+    (["--short-seq-length", "32", "--short-seq-fraction", "0.5"], "cuts nothing: the data's pairs are at most 32"),
 ])
 def test_short_sequence_phase_flags_are_checked(data32, tmp_path, capsys, flags, message):
     flags = [f.format(data=data32) for f in flags]

@@ -145,7 +145,8 @@ def test_plot_writes_pngs(tmp_path):
 # -- wall-clock budgets ------------------------------------------------------------------------
 
 from bertkit.errors import BertkitError  # noqa: E402
-from bertkit.train.plan import Calibration, off_pace, parse_duration, plan_for_budget, replan, steps_cost  # noqa: E402
+from bertkit.train.plan import (Calibration, Plan, off_pace, parse_duration, plan_for_budget, replan,  # noqa: E402
+                                steps_cost, warmup_for)
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("15m", 900), ("1h", 3600), ("1h30m", 5400),
@@ -205,6 +206,22 @@ def test_a_replan_inside_the_warmup_keeps_its_share_and_one_after_it_keeps_it_as
     # After the warm-up ended it stays as it was.
     later = replan(plan, step=150, elapsed=15, scale=0.5, eval_points_left=0, saves_left=0, margin=0)
     assert later.warmup_steps == 120
+
+
+def test_a_short_budgets_warmup_has_a_floor_while_under_a_third_of_the_steps():
+    assert warmup_for(700, 0.06) == 42
+    assert warmup_for(700, 0.06, minimum=150) == 150  # 6% would be 42
+    assert warmup_for(3000, 0.06, minimum=150) == 180  # the share, once larger
+    assert warmup_for(300, 0.06, minimum=150) == 100  # never more than a third
+    cal = Calibration(seconds_per_step=[0.2], eval_seconds=0.0, save_seconds=0.0, calibration_seconds=0.0,
+                      steps_measured=[4])
+    plan = plan_for_budget(140, elapsed=0, fractions=[1.0], calibration=cal, warmup_ratio=0.06, eval_points=1,
+                           save_points=0, margin=0, min_warmup_steps=150)
+    assert (plan.total_steps, plan.warmup_steps) == (700, 150)
+    # A re-plan inside it that shrinks the run keeps the floor (scaled, 6% share would give 75 + ...).
+    shrunk = replan(plan, step=40, elapsed=8, scale=2.0, eval_points_left=0, saves_left=0, margin=0)
+    assert shrunk.total_steps == 370 and shrunk.warmup_steps == 123  # a third of 370; 150 x 370 / 700 = 79
+    assert Plan.from_dict({k: v for k, v in plan.to_dict().items() if k != "min_warmup_steps"}).min_warmup_steps == 0
 
 
 def test_off_pace_when_late_or_clearly_early():
