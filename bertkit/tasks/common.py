@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import random
@@ -191,12 +192,27 @@ def summarize(runs: list[RunResult]) -> list[dict]:
 
 
 def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
-              on_run: Callable[[RunResult], None] | None = None):
+              on_run: Callable[[RunResult], None] | None = None, state_dir: str | Path | None = None,
+              resume: bool = False, keep: Callable[[object], dict] | None = None, identity: dict | None = None):
     """Run every configuration; the best dev score wins (the paper's selection). Returns (best, runs).
-    Only the best run keeps its artifacts, so a large grid does not hold every model in memory."""
+    Only the best run keeps its artifacts, so a large grid does not hold every model in memory.
+
+    With `state_dir` the sweep can be resumed: each finished run is recorded in
+    state_dir/<run_name>/result.json (with `keep(artifacts)`, the part of its artifacts the caller
+    reads of every run) and the best run's artifacts so far in state_dir/best.pt. `resume` then skips
+    the finished runs (each run sets its own seed, so the others are the same as in one go) and takes
+    the best run's artifacts back; without it the records of an earlier sweep are cleared first. A
+    finished sweep drops its copy of the best artifacts (the caller saves the model): resumed once
+    more, it runs its best run again.
+    `identity` (e.g. the data and settings) must match the recorded one to resume."""
+    state = None if state_dir is None else SweepState(Path(state_dir), identity)
+    done = {} if state is None else (state.restore() if resume else state.clear())
     best, runs = None, []
     for config in configs:
-        result = run_one(config)
+        restored = done.get(run_name(config))
+        result = restored or run_one(config)
+        if state is not None and restored is None:
+            state.record(result, None if keep is None else keep(result.artifacts))
         runs.append(result)
         if on_run is not None:
             on_run(result)
@@ -204,9 +220,78 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
             if best is not None:
                 best.artifacts = None
             best = result
+            if state is not None and restored is None:
+                state.save_best(result)  # after the record: restore() tells a best run saved from one that was not
         else:
             result.artifacts = None
+    if state is not None:
+        state.finish()
     return best, runs
+
+
+class SweepState:
+    """The records that let an interrupted sweep resume (see `run_sweep`)."""
+
+    def __init__(self, directory: Path, identity: dict | None):
+        self.directory, self.identity = directory, identity
+
+    def _result_files(self):
+        return sorted(self.directory.glob("*/result.json")) if self.directory.is_dir() else []
+
+    def clear(self) -> dict:
+        for path in self._result_files():
+            path.unlink()
+        for name in ("best.pt", "sweep.json"):
+            (self.directory / name).unlink(missing_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.directory / "sweep.json", json.dumps({"identity": self.identity}, default=str) + "\n")
+        return {}
+
+    def restore(self) -> dict:
+        """Finished runs by name, the best one with its artifacts; a best run whose artifacts were not
+        saved (interrupted in between) is left out, so that it runs again."""
+        recorded = self.directory / "sweep.json"
+        if not recorded.is_file():  # e.g. the GLUE tasks after the one that was interrupted
+            log.info(f"no earlier sweep in {self.directory}: starting one")
+            return self.clear()
+        identity = json.loads(recorded.read_text(encoding="utf-8")).get("identity")
+        expected = json.loads(json.dumps(self.identity, default=str))
+        if identity != expected:
+            differ = sorted(k for k in set(identity or {}) | set(expected or {})
+                            if (identity or {}).get(k) != (expected or {}).get(k))
+            raise BertkitError(f"the sweep here was run with other settings ({', '.join(differ)}): resume it with "
+                               "the same ones, or --overwrite to start again", path=str(recorded))
+        done = {}
+        for path in self._result_files():
+            record = json.loads(path.read_text(encoding="utf-8"))
+            done[path.parent.name] = RunResult(config=record["config"], metrics=record["metrics"],
+                                               score=record["score"], seconds=record["seconds"],
+                                               artifacts=record.get("kept"))
+        if done:
+            best_name = max(done, key=lambda n: done[n].score)  # ties: any, the artifacts decide below
+            saved = self.directory / "best.pt"
+            payload = torch.load(saved, map_location="cpu", weights_only=False) if saved.is_file() else None
+            if payload is not None and payload["run"] in done and done[payload["run"]].score == done[best_name].score:
+                done[payload["run"]].artifacts = payload["artifacts"]
+            else:
+                del done[best_name]
+            log.info(f"resuming the sweep in {self.directory}: {len(done)} finished run(s) kept")
+        return done
+
+    def finish(self) -> None:
+        (self.directory / "best.pt").unlink(missing_ok=True)
+
+    def save_best(self, result: RunResult) -> None:
+        tmp = self.directory / "best.pt.tmp"
+        torch.save({"run": run_name(result.config), "artifacts": result.artifacts}, tmp)
+        os.replace(tmp, self.directory / "best.pt")
+
+    def record(self, result: RunResult, kept: dict | None) -> None:
+        folder = self.directory / run_name(result.config)
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {"config": result.config, "metrics": result.metrics, "score": result.score,
+                  "seconds": result.seconds, "kept": kept}
+        atomic_write_text(folder / "result.json", json.dumps(record, indent=1, default=float) + "\n")
 
 
 # ---- one run, the sweep protocol and its outputs (sentence-level tasks) ----
@@ -254,13 +339,15 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
                  evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
                  train: Callable | None = None, runs_dir: str | Path | None = None, logging_steps: int = 50,
-                 eval_steps: int = 0):
+                 eval_steps: int = 0, resume: bool = False, identity: dict | None = None):
     """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
 
     `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
     differ in head initialisation as well as in shuffling); `evaluate(model) -> (metrics, outputs)`;
     the best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
-    runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics)."""
+    runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics), and
+    `resume` continues an interrupted sweep there (`run_sweep`): its runs must have had the same
+    `identity` (the caller's data and settings) and training settings."""
     if not configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
     train = train or train_one
@@ -289,7 +376,9 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
         log.info(f"{label}: {config_text(result.config)}: dev score {100 * result.score:.2f} ({shown}) "
                  f"in {result.seconds:.1f} s")
 
-    return run_sweep(configs, run_one, on_run=report)
+    identity = {"task": label, "train_features": len(train_features), "warmup_ratio": warmup_ratio,
+                "weight_decay": weight_decay, **(identity or {})}
+    return run_sweep(configs, run_one, on_run=report, state_dir=runs_dir, resume=resume, identity=identity)
 
 
 def config_text(config: dict) -> str:
@@ -330,9 +419,19 @@ def add_overwrite_argument(parser) -> None:
                         help="write into an output folder that already holds results (they are replaced)")
 
 
+def add_resume_argument(parser) -> None:
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted sweep in --output with the same flags: finished runs are "
+                             "kept (their results and the best model so far), the others run")
+
+
 def check_finetune_output(args) -> None:
-    """Before any work: the output folder must not hold a previous run's results unless --overwrite."""
-    check_output_dir(args.output, overwrite=args.overwrite, kind="fine-tuning results")
+    """Before any work: the output folder must not hold a previous run's results unless --overwrite
+    (or --resume, which continues them)."""
+    resume = getattr(args, "resume", False)
+    if resume and args.overwrite:
+        raise BertkitError("give --resume or --overwrite, not both")
+    check_output_dir(args.output, overwrite=args.overwrite or resume, kind="fine-tuning results")
 
 
 def deprecated(old: str) -> str:
@@ -361,6 +460,7 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
     parser.add_argument("--output", required=True, help="output directory")
     add_overwrite_argument(parser)
+    add_resume_argument(parser)
     parser.add_argument("--learning-rate", default=learning_rates, type=flags.comma_list(flags.positive_float),
                         help=f"comma list of peak learning rates; each is one run, best on dev wins (default {learning_rates})")
     parser.add_argument("--epochs", default=epochs, type=flags.comma_list(flags.positive_number),
@@ -392,4 +492,4 @@ def sweep_options(args) -> dict:
                 max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
                 precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
                 eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                logging_steps=args.logging_steps, eval_steps=args.eval_steps)
+                logging_steps=args.logging_steps, eval_steps=args.eval_steps, resume=args.resume)

@@ -70,7 +70,7 @@ def finetune_text_classification(model_dir, train_file, dev_file, output_dir=Non
                                  precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                                  eval_batch_size: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                                  dropout: float | None = 0.1, logging_steps: int = 50,
-                                 eval_steps: int = 0) -> TaskResult:
+                                 eval_steps: int = 0, resume: bool = False) -> TaskResult:
     """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files with GLUE's
     protocol; the TaskResult's document is results.json.
 
@@ -133,7 +133,9 @@ def finetune_text_classification(model_dir, train_file, dev_file, output_dir=Non
     best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m[selection],
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
-                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps)
+                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
+                              identity={"model": str(model_dir), "max_seq_length": max_seq_length, "dropout": dropout,
+                                        "dev_examples": len(dev_features)})
     results = results_document("text-classification", best, runs, {
         "train_file": str(train_file), "dev_file": str(dev_file), "test_file": None if test is None else str(test_file),
         "columns": {"text": text_column, "text_pair": text_pair_column, "label": label_column, "id": id_column},
@@ -239,7 +241,8 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
                                 max_train_examples: int | None = None, max_eval_examples: int | None = None,
                                 subset_seed: int = 0, precision: str = "auto", device: str = "auto",
                                 skip_bad_rows: bool = False, eval_batch_size: int = 64, warmup_ratio: float = 0.1,
-                                weight_decay: float = 0.01, logging_steps: int = 50, eval_steps: int = 0) -> TaskResult:
+                                weight_decay: float = 0.01, logging_steps: int = 50, eval_steps: int = 0,
+                                resume: bool = False) -> TaskResult:
     """Fine-tune BertForQuestionAnswering on the user's SQuAD-format JSON (v1.1, or v2.0 with
     is_impossible) over the grid lr x epochs x batch size x seeds; the best run on dev F1 wins.
 
@@ -285,7 +288,10 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
                               train=functools.partial(train_one, grad_accum=grad_accum), runs_dir=runs_dir,
-                              logging_steps=logging_steps, eval_steps=eval_steps)
+                              logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
+                              identity={"model": str(model_dir), "max_seq_length": max_seq_length,
+                                        "doc_stride": doc_stride, "dev_questions": len(dev_examples),
+                                        "grad_accum": grad_accum})
     model, outputs = best.artifacts
     selection = "best dev F1" + (" at the null threshold searched on dev" if is_v2 and search_null_threshold
                                  else " at --null-score-diff-threshold" if is_v2 else "")

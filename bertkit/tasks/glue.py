@@ -20,6 +20,7 @@ names (bertkit.metrics.glue.canonical_task_name); mnli-mm is MNLI's mismatched s
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 from pathlib import Path
@@ -288,7 +289,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                   max_seq_length: int = 128, max_train_examples: int | None = None, precision: str = "auto",
                   device: str = "auto", skip_bad_rows: bool = False, eval_batch_size: int = 128,
                   warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = 0.1,
-                  logging_steps: int = 50, eval_steps: int = 0) -> TaskResult:
+                  logging_steps: int = 50, eval_steps: int = 0, resume: bool = False) -> TaskResult:
     """Fine-tune on one GLUE task with the paper's protocol; the TaskResult's document is results.json.
 
     Every (learning rate, epochs, batch size, seed) combination is one run; the best dev task score
@@ -362,7 +363,8 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id,
                               label=spec.folder, runs_dir=runs_dir, logging_steps=logging_steps,
-                              eval_steps=eval_steps)
+                              eval_steps=eval_steps, resume=resume,
+                              identity={"model": str(model_dir), "max_seq_length": max_seq_length, "dropout": dropout})
     results = results_document(spec.folder, best, runs, {
         "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
         "max_seq_length": max_seq_length,
@@ -456,6 +458,11 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, **opti
                 chosen.append(spec)
     per_task = {}
     for spec in chosen:
+        finished = None if output_dir is None else Path(output_dir) / spec.folder / "results.json"
+        if options.get("resume") and finished.is_file():  # written last: the task's sweep and outputs are complete
+            log.info(f"{spec.folder}: finished before ({finished}), kept")
+            per_task[spec.folder] = json.loads(finished.read_text(encoding="utf-8"))
+            continue
         per_task[spec.folder] = finetune_glue(spec.name, model_dir, data_dir, output_dir, **options).document
     table = glue_table({name: r["metrics"] for name, r in per_task.items()})
     results = {"tasks": per_task, "table": table["markdown"], "glue_score": table["glue_score"],

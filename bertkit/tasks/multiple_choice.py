@@ -179,7 +179,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                              precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                              eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                              dropout: float | None = 0.1, logging_steps: int = 50, eval_steps: int = 0,
-                             reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> TaskResult:
+                             resume: bool = False, reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> TaskResult:
     """Fine-tune BertForMultipleChoice with the paper's protocol; the TaskResult's document is results.json.
 
     Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev.
@@ -228,7 +228,9 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m["accuracy"],
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
-                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps)
+                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
+                              identity={"model": str(model_dir), "max_seq_length": max_seq_length, "dropout": dropout,
+                                        "dev_examples": len(dev_features)})
     results = results_document(task_name, best, runs, {
         "train_file": str(train_file), "dev_file": str(dev_file) if dev_file else None,
         "dev_fraction": None if dev_file else dev_fraction, "split_seed": None if dev_file else split_seed,

