@@ -52,6 +52,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_BODY_BYTES = 2 * 1024 * 1024  # TEI's default payload limit
 TRIM_EVERY = 32  # forward rounds between returning freed memory to the system under constant load
+IDLE_SECONDS = 0.05  # no request for this long after a batch: the server is idle, trim then
 
 
 class RequestError(Exception):
@@ -161,8 +162,8 @@ class Batcher:
 
     def _work(self) -> None:
         rounds = 0
+        job = self.jobs.get()
         while True:
-            job = self.jobs.get()
             if job is None:
                 return
             jobs, tokens = [job], job.tokens
@@ -178,8 +179,15 @@ class Batcher:
                 tokens += more.tokens
             self._run(jobs)
             rounds += 1
-            if self.jobs.empty() or rounds % TRIM_EVERY == 0:  # idle, or busy for a while
+            if rounds % TRIM_EVERY == 0:  # busy for a while
                 release_free_memory()
+            try:
+                # Under load the next request comes within milliseconds of the last answer; trimming
+                # then would hand back pages the next batch faults in again.
+                job = self.jobs.get(timeout=IDLE_SECONDS)
+            except queue.Empty:  # idle: give the freed memory back, then wait
+                release_free_memory()
+                job = self.jobs.get()
 
     def _run(self, jobs: list[Job]) -> None:
         rows = [row for job in jobs for row in job.rows]
