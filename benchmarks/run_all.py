@@ -63,7 +63,8 @@ def parse_args(argv=None):
     parser.add_argument("--cases", default=None, help=f"comma-separated letters (default all; with --quick "
                         f"{','.join(QUICK_CASES)})")
     parser.add_argument("--sizes", default=None, help="model sizes for (a) (default tiny,mini,small,base; with "
-                        "--quick mini,base); (b), (c), (g), (o) use the ones of mini and base among them")
+                        "--quick mini,base); (b), (c), (g), (o) use the ones of mini and base among them; (o) also takes minilm, "
+                        "the real all-MiniLM-L6-v2 weights (--cases o --sizes minilm)")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--quick", action="store_true", help="fewer timed steps, smaller data cases, and a "
                         "comparison with the results table of this CPU class")
@@ -161,7 +162,7 @@ def main(argv=None) -> int:
         elif case == "o":
             from bench_onnx import onnx_case
 
-            for size in small_set:
+            for size in [s for s in sizes if s in ("mini", "base", "minilm")] or small_set:
                 results["rows"] += onnx_case(size, args.quick, log)
         elif case == "g":
             for size in small_set:
