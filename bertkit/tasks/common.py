@@ -15,11 +15,13 @@ handling and the flags every task spells the same way.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import itertools
 import json
 import logging
 import os
 import random
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -199,7 +201,7 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
 
     With `state_dir` the sweep can be resumed: each finished run is recorded in
     state_dir/<run_name>/result.json (with `keep(artifacts)`, the part of its artifacts the caller
-    reads of every run) and the best run's artifacts so far in state_dir/best.pt. `resume` then skips
+    reads of every run) and the best run's artifacts so far in state_dir/best/. `resume` then skips
     the finished runs (each run sets its own seed, so the others are the same as in one go) and takes
     the best run's artifacts back; without it the records of an earlier sweep are cleared first. A
     finished sweep drops its copy of the best artifacts (the caller saves the model): resumed once
@@ -229,6 +231,13 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
     return best, runs
 
 
+@dataclasses.dataclass
+class _SavedModel:  # where SweepState.save_best put a model: state_dir/best/<folder>, class module.name
+    module: str
+    name: str
+    folder: str
+
+
 class SweepState:
     """The records that let an interrupted sweep resume (see `run_sweep`)."""
 
@@ -241,8 +250,8 @@ class SweepState:
     def clear(self) -> dict:
         for path in self._result_files():
             path.unlink()
-        for name in ("best.pt", "sweep.json"):
-            (self.directory / name).unlink(missing_ok=True)
+        (self.directory / "sweep.json").unlink(missing_ok=True)
+        self.finish()
         self.directory.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.directory / "sweep.json", json.dumps({"identity": self.identity}, default=str) + "\n")
         return {}
@@ -269,8 +278,7 @@ class SweepState:
                                                artifacts=record.get("kept"))
         if done:
             best_name = max(done, key=lambda n: done[n].score)  # ties: any, the artifacts decide below
-            saved = self.directory / "best.pt"
-            payload = torch.load(saved, map_location="cpu", weights_only=False) if saved.is_file() else None
+            payload = self.load_best()
             if payload is not None and payload["run"] in done and done[payload["run"]].score == done[best_name].score:
                 done[payload["run"]].artifacts = payload["artifacts"]
             else:
@@ -279,12 +287,48 @@ class SweepState:
         return done
 
     def finish(self) -> None:
-        (self.directory / "best.pt").unlink(missing_ok=True)
+        shutil.rmtree(self.directory / "best", ignore_errors=True)
 
     def save_best(self, result: RunResult) -> None:
-        tmp = self.directory / "best.pt.tmp"
-        torch.save({"run": run_name(result.config), "artifacts": result.artifacts}, tmp)
-        os.replace(tmp, self.directory / "best.pt")
+        """The artifacts in state_dir/best/: models in the Hugging Face layout (a model is not
+        picklable as a whole), everything else in artifacts.pt."""
+        tmp, best = self.directory / "best.tmp", self.directory / "best"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        models = []
+
+        def pack(value):
+            if isinstance(value, torch.nn.Module) and hasattr(value, "save_pretrained"):
+                value.save_pretrained(tmp / f"model{len(models)}")
+                models.append(value)
+                return _SavedModel(type(value).__module__, type(value).__qualname__, f"model{len(models) - 1}")
+            if isinstance(value, (list, tuple)):
+                return type(value)(pack(v) for v in value)
+            if isinstance(value, dict):
+                return {k: pack(v) for k, v in value.items()}
+            return value
+
+        torch.save({"run": run_name(result.config), "artifacts": pack(result.artifacts)}, tmp / "artifacts.pt")
+        shutil.rmtree(best, ignore_errors=True)  # an interruption here: restore() reruns the best run
+        os.replace(tmp, best)
+
+    def load_best(self) -> dict | None:
+        saved = self.directory / "best" / "artifacts.pt"
+        if not saved.is_file():
+            return None
+        payload = torch.load(saved, map_location="cpu", weights_only=False)
+
+        def unpack(value):
+            if isinstance(value, _SavedModel):
+                cls = getattr(importlib.import_module(value.module), value.name)
+                return cls.from_pretrained(self.directory / "best" / value.folder)
+            if isinstance(value, (list, tuple)):
+                return type(value)(unpack(v) for v in value)
+            if isinstance(value, dict):
+                return {k: unpack(v) for k, v in value.items()}
+            return value
+
+        return {"run": payload["run"], "artifacts": unpack(payload["artifacts"])}
 
     def record(self, result: RunResult, kept: dict | None) -> None:
         folder = self.directory / run_name(result.config)

@@ -118,11 +118,11 @@ def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
 
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_runs(tmp_path):
     in_one_go = _stub_sweep(tmp_path / "one", [])
-    assert not (tmp_path / "one" / "best.pt").exists()  # a finished sweep keeps no second copy of its model
+    assert not (tmp_path / "one" / "best").exists()  # a finished sweep keeps no second copy of its model
     trained = []
     with pytest.raises(KeyboardInterrupt):  # after 3 runs, the best (3e-5, seed 1) among them
         _stub_sweep(tmp_path / "runs", trained, stop_after=3)
-    assert (tmp_path / "runs" / "best.pt").is_file() and len(list((tmp_path / "runs").glob("*/result.json"))) == 3
+    assert (tmp_path / "runs" / "best" / "artifacts.pt").is_file() and len(list((tmp_path / "runs").glob("*/result.json"))) == 3
     again = []
     best, runs = _stub_sweep(tmp_path / "runs", again, resume=True)
     assert again == [(3e-5, 2)]  # only the run that had not finished
@@ -138,6 +138,27 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_runs(tmp_path):
     again = []
     _stub_sweep(tmp_path / "runs", again)
     assert len(again) == 4
+
+
+def test_the_best_runs_model_is_kept_in_the_hugging_face_layout(tmp_path):
+    # Models are saved with save_pretrained (a model with a lambda activation cannot be pickled) and
+    # come back as the same class with the same weights; the rest of the artifacts as they were.
+    from bertkit import BertConfig
+    from bertkit.tasks.common import RunResult, SweepState
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=32,
+                                                     hidden_act="gelu_new", num_labels=3))
+    state = SweepState(tmp_path, identity=None)
+    state.clear()
+    config = dict(learning_rate=3e-5, epochs=3, batch_size=32, seed=1)
+    state.save_best(RunResult(config, {"accuracy": 0.5}, 0.5, artifacts=(model, {"dev": [2, 0]})))
+    loaded = state.load_best()
+    back, outputs = loaded["artifacts"]
+    assert loaded["run"] == "lr3e-05_ep3_bs32_seed1" and outputs == {"dev": [2, 0]}
+    assert type(back) is BertForSequenceClassification
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
 
 
 def test_resuming_a_sweep_with_other_settings_is_refused(tmp_path):
