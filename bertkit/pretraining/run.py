@@ -208,7 +208,7 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         if recipe.position_init == "sinusoidal":
             sinusoidal_positions_(model.bert.embeddings.position_embeddings, config.initializer_range)
         elif recipe.position_init == "neighbours":
-            neighbour_heads_(model, config.initializer_range)
+            neighbour_heads_(model, config.initializer_range, cls_token_id=dataset1.cls_id)
     evaluate = None
     if eval_data:
         eval_dataset = PretrainingDataset(eval_data)

@@ -2,6 +2,7 @@
 continued pre-training from a checkpoint with its own vocabulary."""
 
 import json
+import math
 import logging
 import time
 
@@ -161,6 +162,34 @@ def test_neighbour_heads_start_on_the_previous_and_next_token(tmp_path):
     assert previous[1] < 0.05 and following[0] < 0.05
     uniform = 1 / 96
     assert abs(torch.diagonal(maps[1], -1, dim1=-2, dim2=-1).mean().item() - uniform) < 0.5 * uniform
+
+
+def test_cls_starts_attending_over_the_whole_pair(tmp_path):
+    """With the [CLS] id given, [CLS]'s first-layer attention starts near-uniform over the pair (the
+    summary NSP reads) while every other position keeps its previous/next-token head; attention
+    maps from transformers' eager attention on the saved weights."""
+    from transformers import BertModel as HFBertModel
+
+    from bertkit.pretraining.init import neighbour_heads_
+
+    torch.manual_seed(0)
+    config = BertConfig.from_name_or_file("tiny").replace(vocab_size=500)
+    model = BertForPreTraining(config)
+    neighbour_heads_(model, config.initializer_range, cls_token_id=2)
+    model.save_pretrained(tmp_path)
+    reference = HFBertModel.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    ids = torch.randint(5, 500, (4, 96))
+    ids[:, 0] = 2
+    token_types = torch.zeros_like(ids)
+    token_types[:, 48:] = 1
+    with torch.no_grad():
+        first = reference(input_ids=ids, token_type_ids=token_types, output_attentions=True).attentions[0]
+    cls_rows = first[:, :, 0, :]  # (B, A, T)
+    entropy = -(cls_rows * cls_rows.clamp_min(1e-12).log()).sum(-1)
+    assert entropy.min() > 0.9 * math.log(96)
+    previous = torch.diagonal(first, -1, dim1=-2, dim2=-1).mean((0, 2))
+    following = torch.diagonal(first, 1, dim1=-2, dim2=-1)[..., 1:].mean((0, 2))  # queries past [CLS]
+    assert previous[0] > 0.6 and following[1] > 0.6
 
 
 def test_short_sequence_phase_and_position_init(data32, tmp_path):
