@@ -70,11 +70,9 @@ def neighbour_heads_(model: nn.Module, std: float, scale: float = NEIGHBOUR_HEAD
     embeddings. Its first-layer query then reads no position and it attends over the whole pair,
     the summary that NSP and the sentence-level tasks read from [CLS] (§3.1, §4.1); otherwise it
     starts as a neighbour head of its own, and MLM (for which [CLS] is only a key and a value) then
-    keeps it on one or two positions. Measured on BERT-TINY, one run each: at 8 minutes (the
-    cpu-hour reproduction's data) held-out NSP 64.0% against 55.3% (majority class 55.0%), MLM
-    26.8% against 26.0%, SST-2 fine-tuned from it 67.2 against 63.8 (a second 8-minute run: NSP
-    59.7%, MLM 28.1%, SST-2 64.0); at 15 minutes (benchmarks/pretrain_budget.py) NSP 56.2% against
-    55.1%, MLM 27.6% against 27.7%."""
+    keeps it on one or two positions. Measured (held-out NSP up at 8 minutes, within noise at 15;
+    fine-tuned scores not yet better): benchmarks/results/pretraining_budget.md, "NSP at 15
+    minutes: levers tried"."""
     bert = getattr(model, "bert", model)
     embedding = bert.embeddings.position_embeddings
     positions, hidden = embedding.weight.shape

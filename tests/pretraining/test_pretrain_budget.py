@@ -2,8 +2,8 @@
 continued pre-training from a checkpoint with its own vocabulary."""
 
 import json
-import math
 import logging
+import math
 import time
 
 import pytest
