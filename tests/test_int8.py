@@ -16,7 +16,8 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference import InferenceEngine
 from bertkit.kernels import speed_options
-from bertkit.kernels.int8 import Int8Linear, quantize_int8
+from bertkit.kernels.int8 import Int8Linear, Int8QKV, quantize_int8
+from bertkit.kernels.linear import ProjectedWithQuery
 from bertkit.model import BertModel
 from bertkit.tokenizer import BertTokenizer
 
@@ -88,6 +89,18 @@ def test_outlier_channels_leave_the_int8_range_and_are_multiplied_in_fp32():
     assert split(torch.zeros(0, 64)).shape == (0, 48)
 
 
+def test_fused_query_key_value_equal_three_separate_int8_projections():
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(64, 64) for _ in range(3)]
+    x = torch.randn(2, 9, 64) * 3
+    fused = Int8QKV(*layers)
+    for got, layer in zip(fused(x), layers):
+        # The same activation range (x's) and per-row weight scales: the same numbers as alone.
+        torch.testing.assert_close(got, Int8Linear(layer)(x), rtol=1e-6, atol=1e-6)
+    with pytest.raises(RuntimeError):
+        ProjectedWithQuery()(x)
+
+
 def test_quantised_encoder_is_close_to_fp32_and_keeps_unpadding():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -95,7 +108,9 @@ def test_quantised_encoder_is_close_to_fp32_and_keeps_unpadding():
     model = BertModel(config).eval()
     quantized = quantize_int8(copy.deepcopy(model))
     layers = {name: m for name, m in quantized.encoder.named_modules() if isinstance(m, Int8Linear)}
-    assert len(layers) == 2 * 6  # q, k, v, attention output, intermediate, output per layer
+    assert len(layers) == 2 * 4  # query-key-value (one), attention output, intermediate, output per layer
+    assert {name for name in layers if "attention.self" in name} == {
+        "layer.0.attention.self.query.projection", "layer.1.attention.self.query.projection"}
     # Only the feed-forward output projection (fed by the GELU) splits off its outlier channels.
     assert {name for name, m in layers.items() if m.outlier_threshold is not None} == {
         "layer.0.output.dense", "layer.1.output.dense"}

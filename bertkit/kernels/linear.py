@@ -139,10 +139,28 @@ def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     return act(layer(x))
 
 
+class QKVProjection(nn.Module):
+    """A module standing in for query, key and value together (e.g. the int8 projection, which
+    quantises x once for all three): set as `query`, it returns the three; `key` and `value` then
+    hold a `ProjectedWithQuery`."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class ProjectedWithQuery(nn.Module):
+    """The key or value slot of a `QKVProjection`: computed by the query module, never alone."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("this projection is computed together with query (project_qkv)")
+
+
 def project_qkv(x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module):
     """(query(x), key(x), value(x)), each (..., H). With `options.fused_qkv` (and three bertkit
     Linear layers) one GEMM on the concatenated (3H, H) weights, returned as three views; the
-    checkpoint keeps query / key / value."""
+    checkpoint keeps query / key / value. A `QKVProjection` in the query slot computes all three."""
+    if isinstance(query, QKVProjection):
+        return query(x)
     layers = (query, key, value)
     if options.fused_qkv and all(type(layer) is Linear for layer in layers):
         weight = torch.cat([layer.weight for layer in layers])  # (3H, H)
