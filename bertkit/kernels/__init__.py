@@ -17,12 +17,12 @@ F.linear and SDPA on the padded batch with its mask, so one trace serves every p
 """
 
 from .attention import attention, packed_attention
-from .dropout import Dropout, dropout, keep_mask
+from .dropout import Dropout, drop_mask, dropout, keep_mask
 from .layout import Packed, Padded, Unpadded, layout_for, padding_mask, unpadding_for
 from .linear import Linear, _onednn_matmul, linear, linear_act, linear_gelu, onednn_available, project_qkv
 from .options import REMOVED_OPTIONS, SpeedOptions, exporting, options, speed_options
 
 __all__ = ["SpeedOptions", "REMOVED_OPTIONS", "options", "speed_options", "exporting", "linear", "linear_gelu",
-           "linear_act", "Linear", "project_qkv", "onednn_available", "keep_mask", "dropout", "Dropout", "attention",
+           "linear_act", "Linear", "project_qkv", "onednn_available", "keep_mask", "drop_mask", "dropout", "Dropout", "attention",
            "packed_attention", "Padded", "Packed", "Unpadded", "padding_mask", "layout_for", "unpadding_for",
            "_onednn_matmul"]  # the last for benchmarks/bench_common.py
