@@ -15,9 +15,10 @@ and one such channel stretches the single activation scale over all the others. 
 channels past `OUTLIER_THRESHOLD` in a call are multiplied in fp32 (with the int8 weights' values)
 and the rest in int8: LLM.int8()'s mixed-precision decomposition (Dettmers et al. 2022, its
 threshold 6.0). The cost is one pass reading the input; where a value passes the threshold, a
-second one finding its channels and one over the (N, H) output, with no copy of the input. The other Linears stay plain int8: splitting them too gains less per pass
-(the intermediate Linear's extra pass would be over its (N, 4H) output; numbers in docs/speed.md,
-from benchmarks/int8_accuracy.py --layers).
+second one finding its channels and one over the (N, H) output, with no copy of the input. The
+other Linears stay plain int8: splitting them too gains less per pass (the intermediate Linear's
+extra pass would be over its (N, 4H) output; numbers in docs/speed.md, from
+benchmarks/int8_accuracy.py --layers).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class Int8Linear(nn.Module):
         low, high = torch.aminmax(flat)
         if max(high.item(), -low.item()) <= self.outlier_threshold:
             return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
-        outliers = torch.nonzero((flat.amax(0) > self.outlier_threshold) | (flat.amin(0) < -self.outlier_threshold)).flatten()  # (k,)
+        past = (flat.amax(0) > self.outlier_threshold) | (flat.amin(0) < -self.outlier_threshold)  # (in,)
+        outliers = torch.nonzero(past).flatten()  # (k,), at least one
         kept = flat[:, outliers]  # (N, k)
         # The int8 GEMM takes its range from the whole tensor: zero the outlier channels in place for it
         # and put them back after (a copy of the input would be the split's largest cost).
