@@ -499,6 +499,20 @@ def add_max_examples_arguments(parser, train_old: str | None = None, eval_old: s
                              + (deprecated(eval_old) if eval_old else ""))
 
 
+FINETUNE_DROPOUT = 0.1  # the paper's fine-tuning dropout (§A.3: "always kept at 0.1")
+
+
+def add_dropout_argument(parser) -> None:
+    parser.add_argument("--dropout", type=flags.probability, default=FINETUNE_DROPOUT,
+                        help="hidden and attention dropout while fine-tuning, in place of config.json's (default "
+                             f"{FINETUNE_DROPOUT}, the paper's; a model pre-trained without dropout may do better with 0)")
+
+
+def dropout_overrides(dropout: float | None) -> dict:
+    """config.json overrides that set the fine-tuning dropout; None keeps the model's own values."""
+    return {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+
+
 def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str, max_seq_length: int = 128) -> None:
     """The flags every task with the sweep protocol shares; comma lists make a grid."""
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
@@ -520,6 +534,7 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=128)
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1, help="linear warm-up fraction (default 0.1)")
     parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
+    add_dropout_argument(parser)
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--skip-bad-rows", action="store_true",
@@ -536,4 +551,4 @@ def sweep_options(args) -> dict:
                 max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
                 precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
                 eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                logging_steps=args.logging_steps, eval_steps=args.eval_steps, resume=args.resume)
+                dropout=args.dropout, logging_steps=args.logging_steps, eval_steps=args.eval_steps, resume=args.resume)

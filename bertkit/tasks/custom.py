@@ -33,7 +33,8 @@ from ..metrics.conll import evaluate_conll
 from ..metrics.glue import accuracy, pearson, spearman
 from ..outputs import write_json
 from . import squad
-from .common import (TaskResult, add_sweep_arguments, check_finetune_output, config_text, grid, predict_precision,
+from .common import (FINETUNE_DROPOUT, TaskResult, add_sweep_arguments, check_finetune_output, config_text,
+                     dropout_overrides, grid, predict_precision,
                      publish_best_metrics, results_document, run_protocol, subsample, sweep_options, train_one,
                      write_predictions)
 from .conll_data import ner_features
@@ -69,7 +70,7 @@ def finetune_text_classification(model_dir, train_file, dev_file, output_dir=Non
                                  seeds=(42,), max_seq_length: int = 128, max_train_examples: int | None = None,
                                  precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                                  eval_batch_size: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                                 dropout: float | None = 0.1, logging_steps: int = 50,
+                                 dropout: float | None = FINETUNE_DROPOUT, logging_steps: int = 50,
                                  eval_steps: int = 0, resume: bool = False) -> TaskResult:
     """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files with GLUE's
     protocol; the TaskResult's document is results.json.
@@ -104,8 +105,7 @@ def finetune_text_classification(model_dir, train_file, dev_file, output_dir=Non
         head = dict(num_labels=1, id2label={0: label_column}, problem_type="regression")
     else:
         head = dict(id2label=dict(enumerate(labels)), problem_type="single_label_classification")
-    if dropout is not None:
-        head.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    head.update(dropout_overrides(dropout))
 
     def build_model():
         return BertForSequenceClassification.from_pretrained(model_dir, **head)
@@ -242,7 +242,7 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
                                 subset_seed: int = 0, precision: str = "auto", device: str = "auto",
                                 skip_bad_rows: bool = False, eval_batch_size: int = 64, warmup_ratio: float = 0.1,
                                 weight_decay: float = 0.01, logging_steps: int = 50, eval_steps: int = 0,
-                                resume: bool = False) -> TaskResult:
+                                resume: bool = False, dropout: float | None = FINETUNE_DROPOUT) -> TaskResult:
     """Fine-tune BertForQuestionAnswering on the user's SQuAD-format JSON (v1.1, or v2.0 with
     is_impossible) over the grid lr x epochs x batch size x seeds; the best run on dev F1 wins.
 
@@ -283,7 +283,7 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
     log.info(f"{name}: SQuAD {train_data.version}, {len(train_examples)} train questions ({len(windows)} windows) / "
              f"{len(dev_examples)} dev questions, {len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
     runs_dir = None if output_dir is None else Path(output_dir) / "runs"
-    best, runs = run_protocol(configs, lambda: squad.HEAD.from_pretrained(model_dir),
+    best, runs = run_protocol(configs, lambda: squad.HEAD.from_pretrained(model_dir, **dropout_overrides(dropout)),
                               WindowInputs(windows.windows, with_labels=True), evaluate, score=lambda m: m["f1"],
                               precision=precision, device=device, warmup_ratio=warmup_ratio,
                               weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
@@ -291,7 +291,7 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
                               logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
                               identity={"model": str(model_dir), "max_seq_length": max_seq_length,
                                         "doc_stride": doc_stride, "dev_questions": len(dev_examples),
-                                        "grad_accum": grad_accum})
+                                        "grad_accum": grad_accum, "dropout": dropout})
     model, outputs = best.artifacts
     selection = "best dev F1" + (" at the null threshold searched on dev" if is_v2 and search_null_threshold
                                  else " at --null-score-diff-threshold" if is_v2 else "")

@@ -34,8 +34,8 @@ from ..heads import BertForSequenceClassification
 from ..hub import model_tokenizer
 from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score
 from ..outputs import atomic_write_text, write_json
-from .common import (BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_data_dir_argument,
-                     add_sweep_arguments, check_finetune_output, config_text, grid, predict_precision,
+from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_data_dir_argument,
+                     add_sweep_arguments, check_finetune_output, config_text, dropout_overrides, grid, predict_precision,
                      publish_best_metrics, resolve_data_dir, results_document, run_protocol, subsample,
                      sweep_options, write_predictions)
 
@@ -288,7 +288,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
                   learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(3,), batch_sizes=(32,), seeds=(42,),
                   max_seq_length: int = 128, max_train_examples: int | None = None, precision: str = "auto",
                   device: str = "auto", skip_bad_rows: bool = False, eval_batch_size: int = 128,
-                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = 0.1,
+                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = FINETUNE_DROPOUT,
                   logging_steps: int = 50, eval_steps: int = 0, resume: bool = False) -> TaskResult:
     """Fine-tune on one GLUE task with the paper's protocol; the TaskResult's document is results.json.
 
@@ -330,8 +330,7 @@ def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
         head = dict(num_labels=1, id2label={0: "score"}, problem_type="regression")
     else:
         head = dict(id2label=dict(enumerate(spec.labels)), problem_type="single_label_classification")
-    if dropout is not None:
-        head.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    head.update(dropout_overrides(dropout))
 
     def build_model():
         return HEAD.from_pretrained(model_dir, **head)

@@ -32,8 +32,8 @@ from ..heads import BertForMultipleChoice
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from ..outputs import write_json
-from .common import (BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_sweep_arguments,
-                     check_finetune_output, config_text, grid, predict_precision, publish_best_metrics,
+from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_sweep_arguments,
+                     check_finetune_output, config_text, dropout_overrides, grid, predict_precision, publish_best_metrics,
                      results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 log = logging.getLogger("bertkit")
@@ -178,7 +178,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
                              max_seq_length: int = 128, max_train_examples: int | None = None,
                              precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
                              eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                             dropout: float | None = 0.1, logging_steps: int = 50, eval_steps: int = 0,
+                             dropout: float | None = FINETUNE_DROPOUT, logging_steps: int = 50, eval_steps: int = 0,
                              resume: bool = False, reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> TaskResult:
     """Fine-tune BertForMultipleChoice with the paper's protocol; the TaskResult's document is results.json.
 
@@ -203,7 +203,7 @@ def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=No
     train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
     dev_features = multiple_choice_features(dev, tokenizer, max_seq_length)
     gold = [e.label for e in dev]
-    overrides = {} if dropout is None else dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    overrides = dropout_overrides(dropout)
 
     def build_model():
         return HEAD.from_pretrained(model_dir, **overrides)

@@ -38,7 +38,8 @@ from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from ..outputs import write_json
 from ..train import Phase, TrainArgs, fit
 from .common import (MIN_SEQ_LENGTH, Benchmark, BenchmarkSettings, RunResult, TaskResult, add_data_dir_argument,
-                     add_max_examples_arguments, add_overwrite_argument, add_resume_argument, check_finetune_output, grid, parse_list,
+                     FINETUNE_DROPOUT, add_dropout_argument, add_max_examples_arguments, add_overwrite_argument,
+                     add_resume_argument, check_finetune_output, dropout_overrides, grid, parse_list,
                      publish_best_metrics, run_name, run_sweep, subsample, summarize)
 from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
                          read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
@@ -94,7 +95,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  tag_scheme: str = "file", cased: bool | None = None, warmup_ratio: float = 0.1,
                  eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
                  data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
-                 logging_steps: int = 50, resume: bool = False) -> TaskResult:
+                 logging_steps: int = 50, resume: bool = False, dropout: float | None = FINETUNE_DROPOUT) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
@@ -139,7 +140,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         name = run_name(config)
         started = time.perf_counter()
         torch.manual_seed(config["seed"])  # the new head's initialisation differs per restart
-        model = HEAD.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label)
+        model = HEAD.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label, **dropout_overrides(dropout))
         source = FeatureSource(train_features, config["batch_size"], seed=config["seed"], model_keys=MODEL_KEYS,
                                pad_token_id=tokenizer.pad_token_id)
         args = TrainArgs(output_dir=str(out / "runs" / name) if out else None, learning_rate=config["learning_rate"],
@@ -161,7 +162,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     all_scores = []
     identity = {"model": str(model_dir), "train_windows": len(train_features), "max_seq_length": max_seq_length,
                 "doc_context": doc_context, "labels": labels, "warmup_ratio": warmup_ratio, "weight_decay": weight_decay,
-                "eval_sentences": {split: len(sents) for split, sents in eval_sets.items()}}
+                "dropout": dropout, "eval_sentences": {split: len(sents) for split, sents in eval_sets.items()}}
     best, runs = run_sweep(configs, run_one, on_run=lambda r: all_scores.append(r.artifacts["scores"]),
                            state_dir=out / "runs" if out else None, resume=resume,
                            keep=lambda artifacts: {"scores": artifacts["scores"]}, identity=identity)
@@ -229,6 +230,7 @@ def add_finetune_arguments(parser) -> None:
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
     add_max_examples_arguments(parser, "--max-train-sentences", "--max-eval-sentences", how="the first N sentences")
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
+    add_dropout_argument(parser)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     parser.add_argument("--device", default="auto", type=flags.device)
@@ -269,7 +271,7 @@ def run_finetune(args) -> int:
             max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
             device=args.device, max_train_examples=args.max_train_examples,
             max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
-            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size,
+            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size, dropout=args.dropout,
             skip_bad_rows=args.skip_bad_rows, resume=args.resume).document
         summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
                    "test_f1": (results["best"]["test"] or {}).get("f1")}

@@ -70,7 +70,8 @@ from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, ev
 from ..outputs import check_output_dir, write_json
 from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
 from .common import (MIN_SEQ_LENGTH, PERCENT, Benchmark, BenchmarkSettings, TaskResult, add_max_examples_arguments,
-                     add_overwrite_argument, check_finetune_output, deprecated, subsample)
+                     FINETUNE_DROPOUT, add_dropout_argument, add_overwrite_argument, check_finetune_output, deprecated,
+                     dropout_overrides, subsample)
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, squad_json, squad_windows)
 
@@ -308,7 +309,8 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
                    article_split_fraction: float | None = None, split_seed: int = 0,
                    eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                    skip_bad_rows: bool = False, logging_steps: int = 50, save_steps: int = 0,
-                   resume: bool = False, progress: bool | None = None) -> TaskResult:
+                   resume: bool = False, progress: bool | None = None,
+                   dropout: float | None = FINETUNE_DROPOUT) -> TaskResult:
     """Fine-tune BertForQuestionAnswering on a SQuAD file with `train.fit` (linear warm-up over
     `warmup_ratio` of the steps, then decay), save it (HF layout) in output_dir, predict the dev
     file there and score it. `batch_size` is the effective batch: micro-batches of
@@ -337,7 +339,7 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
 
     windows = training_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, train_file)
     set_seed(seed)  # the new span head's initialisation
-    model = HEAD.from_pretrained(model_dir)
+    model = HEAD.from_pretrained(model_dir, **dropout_overrides(dropout))
     source = FeatureSource(WindowInputs(windows.windows, with_labels=True), batch_size // grad_accum, seed=seed,
                            pad_token_id=tokenizer.pad_token_id)
     train_args = TrainArgs(output_dir=str(output_dir), learning_rate=learning_rate, warmup_ratio=warmup_ratio,
@@ -460,6 +462,7 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
     parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
+    add_dropout_argument(parser)
     parser.add_argument("--seed", type=flags.seed, default=42)
     add_max_examples_arguments(parser, eval_old="--max-dev-examples", how="a seeded random sample")
     parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
@@ -486,7 +489,7 @@ def run_finetune(args) -> int:
         subset_seed=args.subset_seed, article_split_fraction=args.article_split, split_seed=args.split_seed,
         eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         skip_bad_rows=args.skip_bad_rows, logging_steps=args.logging_steps, save_steps=args.save_steps,
-        resume=args.resume).document
+        resume=args.resume, dropout=args.dropout).document
     print(json.dumps(record.get("metrics"), indent=2))
     return 0
 

@@ -454,3 +454,49 @@ def test_glue_and_swag_runs_write_metrics_jsonl(base_model, tmp_path):
     assert main(["finetune", "swag", "--model", str(base_model), "--train-file", str(tmp_path / "swag.csv"),
                  "--dev-file", str(tmp_path / "swag.csv"), "--output", str(tmp_path / "swag"), *TINY]) == 0
     assert any("loss" in r for r in _jsonl(tmp_path / "swag" / "metrics.jsonl"))
+
+
+def test_every_finetune_command_takes_dropout_and_defaults_to_the_papers(base_model, tmp_path):
+    """--dropout sets hidden and attention dropout for the fine-tuned model (its saved config.json says
+    what it trained with); without the flag it is the paper's 0.1 (§A.3), whatever config.json says."""
+    no_dropout = tmp_path / "base0"  # a model pre-trained without dropout, config.json saying so
+    no_dropout.mkdir()
+    for f in base_model.iterdir():
+        (no_dropout / f.name).write_bytes(f.read_bytes())
+    config = json.loads((base_model / "config.json").read_text())
+    (no_dropout / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.0,
+                                                        "attention_probs_dropout_prob": 0.0}))
+    glue = tmp_path / "data" / "glue" / "RTE"
+    glue.mkdir(parents=True)
+    for split in ("train", "dev"):
+        _csv(glue / f"{split}.tsv", ["index", "sentence1", "sentence2", "label"],
+             [(str(i), "a man plays", "someone plays", "entailment" if i % 2 else "not_entailment") for i in range(4)])
+    classes = _csv(tmp_path / "reviews.csv", ["text", "label"], _reviews(6))
+    (tmp_path / "tags.conll").write_text(CONLL_TRAIN, encoding="utf-8")
+    conll = tmp_path / "conll"
+    conll.mkdir()
+    for split in ("train", "valid"):
+        (conll / f"{split}.txt").write_text("Take X X O\naspirin X X B-DRUG\n\nStop X X O\nnow X X O\n\n")
+    choices = _csv(tmp_path / "mc.csv", ["question", "A", "B", "answer"], [("What is red?", "grass", "a tomato", "B")] * 2)
+    squad = _squad_file(tmp_path / "qa.json", v2=False)
+    one_epoch = ["--learning-rate", "1e-3", "--epochs", "1", "--batch-size", "4", "--precision", "fp32", "--device", "cpu"]
+    commands = {  # name: (arguments, where the fine-tuned model is saved)
+        "glue": (["glue", "--task", "rte", "--data-dir", str(tmp_path / "data")], "RTE/model"),
+        "text-classification": (["text-classification", "--train-file", str(classes), "--dev-file", str(classes)],
+                                "model"),
+        "token-classification": (["token-classification", "--train-file", str(tmp_path / "tags.conll"),
+                                  "--dev-file", str(tmp_path / "tags.conll")], "model"),
+        "multiple-choice": (["multiple-choice", "--train-file", str(choices), "--dev-file", str(choices),
+                             "--choice-columns", "A,B", "--label-column", "answer"], "model"),
+        "question-answering": (["question-answering", "--train-file", str(squad), "--dev-file", str(squad),
+                                *QA_WINDOWS], "model"),
+        "ner": (["ner", "--data-dir", str(conll)], "model"),
+        "squad": (["squad", "--train-file", str(squad), "--dev-file", str(squad), *QA_WINDOWS], "model"),
+    }
+    for name, (arguments, saved) in commands.items():
+        for flag, expected in (([], 0.1), (["--dropout", "0.25"], 0.25)):
+            out = tmp_path / f"{name}{expected}"
+            assert main(["finetune", *arguments, "--model", str(no_dropout), "--output", str(out), *one_epoch,
+                         *flag]) == 0, name
+            trained = json.loads((out / saved / "config.json").read_text())
+            assert (trained["hidden_dropout_prob"], trained["attention_probs_dropout_prob"]) == (expected, expected), name
