@@ -502,8 +502,9 @@ def add_max_examples_arguments(parser, train_old: str | None = None, eval_old: s
 FINETUNE_DROPOUT = 0.1  # the paper's fine-tuning dropout (§A.3: "always kept at 0.1")
 
 
-def add_dropout_argument(parser) -> None:
-    parser.add_argument("--dropout", type=flags.probability, default=FINETUNE_DROPOUT,
+def add_dropout_argument(parser, default: float | None = FINETUNE_DROPOUT) -> None:
+    """--dropout; `default` None lets a command tell a given value from the default (ner's feature-based mode)."""
+    parser.add_argument("--dropout", type=flags.probability, default=default,
                         help="hidden and attention dropout while fine-tuning, in place of config.json's (default "
                              f"{FINETUNE_DROPOUT}, the paper's; a model pre-trained without dropout may do better with 0)")
 

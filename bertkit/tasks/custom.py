@@ -22,8 +22,6 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from sklearn.metrics import f1_score
-
 from .. import flags
 from ..batching import predict_batches
 from ..errors import BertkitError
@@ -58,6 +56,8 @@ def classification_metrics(predictions: Sequence, gold: Sequence, regression: bo
         r, rho = pearson(predictions, gold), spearman(predictions, gold)
         mse = sum((p - g) ** 2 for p, g in zip(predictions, gold)) / len(gold)
         return {"pearson": r, "spearman": rho, "mse": mse, "score": (r + rho) / 2}
+    from sklearn.metrics import f1_score  # imported on use, as in metrics/glue.py
+
     return {"accuracy": accuracy(predictions, gold),
             "macro_f1": float(f1_score(gold, predictions, average="macro", zero_division=0))}
 

@@ -230,7 +230,7 @@ def add_finetune_arguments(parser) -> None:
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
     add_max_examples_arguments(parser, "--max-train-sentences", "--max-eval-sentences", how="the first N sentences")
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
-    add_dropout_argument(parser)
+    add_dropout_argument(parser, default=None)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     parser.add_argument("--device", default="auto", type=flags.device)
@@ -249,6 +249,9 @@ def run_finetune(args) -> int:
     if args.feature_based:
         if args.resume:
             raise BertkitError("--resume continues a fine-tuning sweep; --feature-based trains its taggers in one go")
+        if args.dropout is not None:
+            raise BertkitError("--dropout sets the fine-tuned encoder's dropout; --feature-based keeps the encoder "
+                               "frozen (its taggers take --lstm-dropout)")
         if len(seeds) > 1 or len(batch_sizes) > 1:
             raise BertkitError("--feature-based takes one --seed and one --batch-size")
         learning_rates = parse_list(args.learning_rate or "1e-3")
@@ -271,7 +274,8 @@ def run_finetune(args) -> int:
             max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
             device=args.device, max_train_examples=args.max_train_examples,
             max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
-            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size, dropout=args.dropout,
+            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size,
+            dropout=FINETUNE_DROPOUT if args.dropout is None else args.dropout,
             skip_bad_rows=args.skip_bad_rows, resume=args.resume).document
         summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
                    "test_f1": (results["best"]["test"] or {}).get("f1")}

@@ -500,3 +500,10 @@ def test_every_finetune_command_takes_dropout_and_defaults_to_the_papers(base_mo
                          *flag]) == 0, name
             trained = json.loads((out / saved / "config.json").read_text())
             assert (trained["hidden_dropout_prob"], trained["attention_probs_dropout_prob"]) == (expected, expected), name
+
+
+def test_dropout_is_refused_where_no_encoder_is_fine_tuned(base_model, tmp_path, capsys):
+    assert main(["finetune", "ner", "--feature-based", "--model", str(base_model), "--data-dir", str(tmp_path),
+                 "--output", str(tmp_path / "out"), "--dropout", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--lstm-dropout" in err and "\n" not in err
