@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import BertkitError
 
 # scipy.stats and scikit-learn are imported where a metric needs them: at module level they added
-# ~1.7 s to the start of every command (the pre-training and serving commands included).
+# ~1.3 s to the start of every command (the pre-training and serving commands included).
 
 # Task name -> the metrics GLUE reports for it (leaderboard order).
 TASK_METRICS: dict[str, tuple[str, ...]] = {

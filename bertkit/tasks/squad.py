@@ -358,7 +358,7 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
                    "grad_accum": grad_accum, "max_seq_length": max_seq_length, "doc_stride": doc_stride,
                    "max_query_length": max_query_length, "n_best_size": n_best_size,
                    "max_answer_length": max_answer_length, "warmup_ratio": warmup_ratio, "seed": seed,
-                   "subset_seed": subset_seed, "precision": precision},
+                   "subset_seed": subset_seed, "precision": precision, "dropout": dropout},
         "train_examples": len(train_examples), "train_windows": len(windows),
         "train_skipped_unrecoverable": len(windows.skipped_unrecoverable),
         "bad_rows_skipped": train_data.bad_rows_skipped + (dev_data.bad_rows_skipped if dev_data else 0),
