@@ -505,8 +505,9 @@ FINETUNE_DROPOUT = 0.1  # the paper's fine-tuning dropout (§A.3: "always kept a
 def add_dropout_argument(parser, default: float | None = FINETUNE_DROPOUT) -> None:
     """--dropout; `default` None lets a command tell a given value from the default (ner's feature-based mode)."""
     parser.add_argument("--dropout", type=flags.probability, default=default,
-                        help="hidden and attention dropout while fine-tuning, in place of config.json's (default "
-                             f"{FINETUNE_DROPOUT}, the paper's; a model pre-trained without dropout may do better with 0)")
+                        help="hidden and attention dropout while fine-tuning, in place of config.json's "
+                             f"(default {FINETUNE_DROPOUT}, the paper's; a model pre-trained without dropout may "
+                             "do better with 0)")
 
 
 def dropout_overrides(dropout: float | None) -> dict:

@@ -34,10 +34,10 @@ from ..heads import BertForSequenceClassification
 from ..hub import model_tokenizer
 from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score
 from ..outputs import atomic_write_text, write_json
-from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_data_dir_argument,
-                     add_sweep_arguments, check_finetune_output, config_text, dropout_overrides, grid, predict_precision,
-                     publish_best_metrics, resolve_data_dir, results_document, run_protocol, subsample,
-                     sweep_options, write_predictions)
+from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult,
+                     add_data_dir_argument, add_sweep_arguments, check_finetune_output, config_text,
+                     dropout_overrides, grid, predict_precision, publish_best_metrics, resolve_data_dir,
+                     results_document, run_protocol, subsample, sweep_options, write_predictions)
 
 log = logging.getLogger("bertkit")
 

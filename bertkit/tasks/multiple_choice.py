@@ -32,9 +32,10 @@ from ..heads import BertForMultipleChoice
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from ..outputs import write_json
-from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult, add_sweep_arguments,
-                     check_finetune_output, config_text, dropout_overrides, grid, predict_precision, publish_best_metrics,
-                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult,
+                     add_sweep_arguments, check_finetune_output, config_text, dropout_overrides, grid,
+                     predict_precision, publish_best_metrics, results_document, run_protocol, subsample,
+                     sweep_options, write_predictions)
 
 log = logging.getLogger("bertkit")
 
