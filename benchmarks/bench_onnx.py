@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 import bench_common as C
+from bertkit.device import cpu_features
 
 ONNX_PLAN = {"mini": (32, 8, 4), "base": (32, 4, 2), "minilm": (32, 8, 4)}  # batch size, rounds, quick rounds
 
@@ -68,7 +69,9 @@ def onnx_sessions(ours, folder: Path, threads: int) -> tuple[dict, dict]:
     fused_ops = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
     optimized.save_model_to_file(str(fused))
     # The fused graph holds com.microsoft operators that ONNX shape inference cannot type.
-    quantize_dynamic(str(fused), str(quantized), weight_type=QuantType.QInt8,
+    # 7-bit weights (reduce_range): without VNNI, 8-bit ones saturate ORT's int16 pair sums and the
+    # int8 row would be timed on wrong outputs (bertkit's own export does the same, export.py).
+    quantize_dynamic(str(fused), str(quantized), weight_type=QuantType.QInt8, reduce_range=not cpu_features().vnni,
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

@@ -158,6 +158,25 @@ def test_predict_with_quantize_int8(classifier, tmp_path):
     assert len(rows) == 2 and all(row["label"] in ("NEGATIVE", "POSITIVE") for row in rows)
 
 
+def test_int8_onnx_weights_fit_the_int16_pairs_of_cpus_without_vnni(classifier, tmp_path):
+    """The exported graph must be exact on every CPU class, not only the exporting one: without VNNI,
+    ONNX Runtime's u8 x s8 GEMM adds two products in int16 (vpmaddubsw), so |w| <= 64 is needed for
+    255 * |w| * 2 to stay under 32,768 (an 8-bit weight of 127 saturates: max abs error 0.40 on this
+    model on an AVX2 EPYC)."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = tmp_path / "model.int8.onnx"
+    assert main(["export", "--model", str(classifier), "--output", str(path), "--quantize", "int8"]) == 0
+    graph = onnx.load(str(path)).graph
+    int8_weights = [numpy_helper.to_array(t) for t in graph.initializer  # (in, out) matrices, not zero points
+                    if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
+    assert len(int8_weights) >= 4 * 2  # the encoder MatMuls of both layers (projections and feed-forward)
+    for weights in int8_weights:
+        assert -64 <= int(weights.min()) and int(weights.max()) <= 64
+        assert int(np.abs(weights).max()) >= 60  # the range is used, not collapsed
+
+
 def test_int8_onnx_export_runs_close_to_fp32(classifier, tmp_path):
     path = tmp_path / "model.int8.onnx"
     assert main(["export", "--model", str(classifier), "--output", str(path), "--quantize", "int8"]) == 0
