@@ -44,6 +44,7 @@ import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pysbd
 
@@ -319,25 +320,31 @@ def iter_documents(paths: Iterable[str | os.PathLike], **kwargs) -> Iterator[lis
         yield from read_corpus_file(path, **kwargs)
 
 
-def iter_document_blocks(documents: Iterable[list[str]], block_chars: int) -> Iterator[list[list[str]]]:
+def document_chars(document: list[str]) -> int:
+    return sum(map(len, document))
+
+
+def iter_document_blocks(documents: Iterable, block_chars: int,
+                         chars: Callable[[Any], int] = document_chars) -> Iterator[list]:
     """Group consecutive documents into blocks of at least `block_chars` characters.
 
-    Blocks are the unit of parallel work and of NotNext sampling; their boundaries depend only
-    on the text, so the output is the same whatever the number of workers. A short remainder
-    (under half a block) joins the block before it, so that no block is left with one or two
-    documents to draw NotNext partners from.
+    Blocks are the unit of parallel work (and, with ``--not-next-partners block``, of NotNext
+    sampling); their boundaries depend only on the text, so the output is the same whatever the
+    number of workers. A short remainder (under half a block) joins the block before it, so that no
+    block is left with one or two documents. `chars(item)` measures an item (default: a document,
+    a list of sentences).
     """
-    finished: list[list[str]] | None = None  # held back in case the remainder must join it
-    block: list[list[str]] = []
-    chars = 0
+    finished: list | None = None  # held back in case the remainder must join it
+    block: list = []
+    size = 0
     for document in documents:
         block.append(document)
-        chars += sum(map(len, document))
-        if chars >= block_chars:
+        size += chars(document)
+        if size >= block_chars:
             if finished is not None:
                 yield finished
-            finished, block, chars = block, [], 0
-    if block and finished is not None and chars < block_chars / 2:
+            finished, block, size = block, [], 0
+    if block and finished is not None and size < block_chars / 2:
         finished.extend(block)
         block = []
     if finished is not None:

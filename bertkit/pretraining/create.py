@@ -1,20 +1,29 @@
 """create_pretraining_data: corpus files -> sharded MLM + NSP instances (``bertkit create-pretraining-data``).
 
 The original release loads the whole corpus into memory, then runs `dupe_factor` passes over
-all documents. To stream with bounded memory, this works block by block:
+all documents, drawing each NotNext segment B from a random document of all its input files. To
+do the same with bounded memory, this works in two passes over blocks of consecutive documents
+of ~`block_chars` characters (default 8 M):
 
-* the corpus is read in blocks of consecutive documents of ~`block_chars` characters
-  (default 8 M); a block is tokenized and turned into instances on its own, so a NotNext B is
-  drawn from another document *of the same block* (what large-scale ports do; with blocks of
-  dozens of books or thousands of articles the difference is immaterial). A document longer
-  than half a block is cut into parts that count as documents, so every block holds at least
-  two (unless the whole input is one short document);
-* inside a block the original procedure runs unchanged: documents shuffled, `dupe_factor`
-  passes of ``create_instances_from_document`` over them, the block's instances shuffled;
+* pass 1 tokenizes the blocks into a corpus index on disk (corpus_index.py: token ids, sentence
+  and document boundaries, the input file of each document), read back memory-mapped. A
+  document longer than half a block is cut into parts that count as documents;
+* pass 2 builds each block's instances by the original procedure: the block's documents
+  shuffled, `dupe_factor` passes of ``create_instances_from_document`` over them, the block's
+  instances shuffled. A NotNext B comes from a random document of the whole corpus, any input
+  file, as in the original (``not_next_partners="corpus"``, the default), never from A's own
+  (up to the original's ten draws), and its unused sentences are put back.
+  ``not_next_partners="block"`` draws B from the same block instead, as bertkit did before:
+  with one block per input file's stretch, a Wikipedia pair's partner was Wikipedia text and
+  never Gutenberg's. Kept for re-making the data that recorded benchmarks were measured on;
+  the manifest's ``config.not_next_partners`` says which (a manifest without it: "block");
 * every random generator is seeded from (seed, block index, pass), and blocks are processed by
   `workers` processes but written in block order, so the output for a seed is the same
   whatever the number of workers. Instances are only shuffled within a block: the loader
   shuffles globally every epoch.
+
+The manifest's counts give, per input file, its documents and the NotNext partners drawn from it
+(``documents_used_per_file``, ``not_next_partners_per_file``): the two are proportional.
 
 Masking: "static" (the original) masks each instance once while creating it; "dynamic" stores
 unmasked instances and the loader draws a new mask every time. With dynamic masking
@@ -57,11 +66,13 @@ from .corpus import (
     DEFAULT_MAX_LINE_CHARS,
     DEFAULT_RAW_DOCUMENT_BREAK_LINES,
     CorpusStats,
+    document_chars,
     expand_inputs,
     iter_document_blocks,
     read_corpus_file,
     split_sentences,
 )
+from .corpus_index import CorpusIndex, CorpusIndexWriter, DocumentsView
 from .instances import PairArrays, assemble_pairs, plan_instances_from_document
 from .masking import DEFAULT_MASK_MIX, continuation_flags, mask_tokens, parse_mask_mix
 from .shards import (
@@ -81,6 +92,9 @@ logger = logging.getLogger("bertkit.pretraining")
 
 DEFAULT_BLOCK_CHARS = 8_000_000
 DEFAULT_SHARD_SIZE = 65536
+NOT_NEXT_PARTNERS = ("corpus", "block")
+# The tokenized corpus while the data is made (corpus_index.py); removed at the end.
+CORPUS_INDEX_DIR = "corpus_index.tmp"
 # Sentences handed to the batch tokenizer at once (bounds its temporary memory).
 _TOKENIZE_BATCH = 8192
 
@@ -101,6 +115,7 @@ class _BlockSettings:
     mask_mix: tuple[float, float, float]
     whole_word_mask: bool
     dump: bool
+    not_next_partners: str
 
 
 @dataclasses.dataclass
@@ -109,6 +124,7 @@ class _BlockResult:
     masks: dict[str, np.ndarray] | None  # stored static masks
     dump_masks: dict[str, np.ndarray] | None  # masks shown in the JSONL dump
     counts: dict[str, int]
+    partner_files: list[int]  # NotNext partners per input file
 
 
 _worker_state: dict = {}
@@ -162,80 +178,113 @@ def _mask_rows(pairs: PairArrays, rng: random.Random, settings: _BlockSettings, 
     return masked_ids, {"masked_lm_positions": positions, "masked_lm_ids": labels, "masked_lm_counts": counts}
 
 
-def _process_block(block_index: int, documents: list[list[str]]) -> _BlockResult:
-    """Tokenize one block and build its instances (runs in a worker process)."""
+@dataclasses.dataclass
+class _TokenizedBlock:
+    """One block's kept documents, tokenized, ready for the corpus index."""
+
+    tokens: np.ndarray
+    sentence_lengths: np.ndarray  # kept (non-empty) sentences, in order
+    sentences_per_document: np.ndarray  # kept (non-empty) documents, in order
+    document_files: np.ndarray  # the input file of each kept document
+    counts: dict[str, int]
+
+
+def _tokenize_block(block_index: int, documents: list[tuple[int, list[str]]]) -> _TokenizedBlock:
+    """Tokenize one block of (input file, sentences) documents (runs in a worker process)."""
     settings: _BlockSettings = _worker_state["settings"]
     tokenizer = _worker_state["tokenizer"]
-    continuation = _worker_state["continuation"]
+    files = [file_index for file_index, _ in documents]
+    texts = [sentences for _, sentences in documents]
     if settings.raw:
-        documents = [[s for paragraph in document for s in split_sentences(paragraph)] for document in documents]
-
-    sentences = [sentence for document in documents for sentence in document]
+        texts = [[s for paragraph in document for s in split_sentences(paragraph)] for document in texts]
+    sentences = [sentence for document in texts for sentence in document]
     encoded: list[list[int]] = []
     for first in range(0, len(sentences), _TOKENIZE_BATCH):
         encoded.extend(tokenizer.encode_ids_batch(sentences[first : first + _TOKENIZE_BATCH]))
     total_tokens = sum(map(len, encoded))
     tokens = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=total_tokens)
 
-    # Per document: token offset into `tokens` and its non-empty sentence lengths.
-    document_bases: list[int] = []
-    document_lengths: list[list[int]] = []
-    empty_sentences = 0
-    cursor = 0
-    sentence_index = 0
-    for document in documents:
-        base = cursor
-        lengths = []
-        for _ in document:
-            n = len(encoded[sentence_index])
-            sentence_index += 1
-            cursor += n
-            if n:
-                lengths.append(n)
-            else:
-                empty_sentences += 1
-        if lengths:
-            document_bases.append(base)
-            document_lengths.append(lengths)
-    del encoded
+    # Empty sentences hold no tokens, so leaving them out of the lengths keeps `tokens` aligned.
+    sentence_lengths: list[int] = []
+    sentences_per_document: list[int] = []
+    document_files: list[int] = []
+    lengths_iter = iter(map(len, encoded))
+    for file_index, document in zip(files, texts):
+        kept = [n for n in itertools.islice(lengths_iter, len(document)) if n]
+        if kept:
+            sentence_lengths.extend(kept)
+            sentences_per_document.append(len(kept))
+            document_files.append(file_index)
+    counts = {
+        "documents_used": len(sentences_per_document),
+        "one_sentence_documents": sum(1 for n in sentences_per_document if n == 1),
+        "sentences": len(sentence_lengths),
+        "empty_sentences": len(sentences) - len(sentence_lengths),
+        "corpus_tokens": total_tokens,
+    }
+    return _TokenizedBlock(tokens.astype(id_dtype_for(tokenizer.vocab_size)),
+                           np.asarray(sentence_lengths, dtype=np.int64),
+                           np.asarray(sentences_per_document, dtype=np.int64),
+                           np.asarray(document_files, dtype=np.int64), counts)
 
-    # As the original: shuffle the documents, then `dupe_factor` passes over them.
-    order = list(range(len(document_lengths)))
+
+def _corpus_index(index_dir: str, file_ends: tuple[int, ...]) -> CorpusIndex:
+    """The worker's memory map of the corpus index (opened once per worker and run)."""
+    key = (index_dir, file_ends)
+    if _worker_state.get("index_key") != key:
+        _worker_state["index"] = CorpusIndex(index_dir, id_dtype_for(_worker_state["tokenizer"].vocab_size),
+                                             file_ends)
+        _worker_state["index_key"] = key
+    return _worker_state["index"]
+
+
+def _build_block_instances(block_index: int, first_document: int, end_document: int, index_dir: str,
+                           file_ends: tuple[int, ...]) -> _BlockResult:
+    """Instances whose A comes from documents [first, end) of the index (runs in a worker process).
+
+    As the original: the block's documents shuffled, then `dupe_factor` passes of
+    create_instances_from_document over them. A NotNext B comes from any document of the corpus
+    (``corpus``, the original's draw) or of this block (``block``, bertkit before the corpus index).
+    """
+    settings: _BlockSettings = _worker_state["settings"]
+    tokenizer = _worker_state["tokenizer"]
+    continuation = _worker_state["continuation"]
+    index = _corpus_index(index_dir, file_ends)
+
+    order = list(range(first_document, end_document))
     random.Random(derive_seed(settings.seed, "documents", block_index)).shuffle(order)
-    document_bases = [document_bases[i] for i in order]
-    document_lengths = [document_lengths[i] for i in order]
-    document_offsets = []
-    for lengths in document_lengths:
-        offsets = [0]
-        for n in lengths:
-            offsets.append(offsets[-1] + n)
-        document_offsets.append(offsets)
+    if settings.not_next_partners == "corpus":
+        view = DocumentsView(index)  # view index = document number: partners drawn from all of them
+        own_documents = order
+    else:
+        view = DocumentsView(index, order)
+        own_documents = list(range(len(order)))
 
-    a_starts, a_ends, b_starts, b_ends, random_next = [], [], [], [], []
+    a_starts, a_ends, b_starts, b_ends, random_next, b_documents = [], [], [], [], [], []
     same_document_random_next = 0
     for dupe in range(settings.dupe_factor):
         rng = random.Random(derive_seed(settings.seed, "pairs", block_index, dupe))
-        for document_index in range(len(document_lengths)):
-            for span in plan_instances_from_document(
-                document_lengths, document_index, settings.max_seq_length, settings.short_seq_prob, rng,
-                document_offsets,
-            ):
-                a_base = document_bases[span.a_document]
-                b_base = document_bases[span.b_document]
+        for document_index in own_documents:
+            for span in plan_instances_from_document(view.lengths, document_index, settings.max_seq_length,
+                                                     settings.short_seq_prob, rng, view.offsets):
+                a_base = view.base(span.a_document)
+                b_base = view.base(span.b_document)
                 a_starts.append(a_base + span.a_start)
                 a_ends.append(a_base + span.a_end)
                 b_starts.append(b_base + span.b_start)
                 b_ends.append(b_base + span.b_end)
                 random_next.append(span.is_random_next)
-                if span.is_random_next and span.b_document == span.a_document:
-                    same_document_random_next += 1
+                if span.is_random_next:
+                    b_documents.append(view.document(span.b_document))
+                    if span.b_document == span.a_document:
+                        same_document_random_next += 1
 
     # The block's instances in random order.
     permutation = list(range(len(a_starts)))
     random.Random(derive_seed(settings.seed, "shuffle", block_index)).shuffle(permutation)
     pick = np.asarray(permutation, dtype=np.int64)
     pairs = assemble_pairs(
-        tokens,
+        index.tokens,
         np.asarray(a_starts, dtype=np.int64)[pick],
         np.asarray(a_ends, dtype=np.int64)[pick],
         np.asarray(b_starts, dtype=np.int64)[pick],
@@ -260,19 +309,32 @@ def _process_block(block_index: int, documents: list[list[str]]) -> _BlockResult
         dump_masks = dict(dump_masks, masked_input_ids=masked_ids)
     pairs.input_ids = pairs.input_ids.astype(id_dtype_for(tokenizer.vocab_size))
 
+    partner_files = np.bincount(index.file_of(np.asarray(b_documents, dtype=np.int64)),
+                                minlength=len(file_ends)).tolist()
     counts = {
-        "documents_used": len(document_lengths),
-        "one_sentence_documents": sum(1 for lengths in document_lengths if len(lengths) == 1),
-        "sentences": sum(map(len, document_lengths)),
-        "empty_sentences": empty_sentences,
-        "corpus_tokens": total_tokens,
         "instances": len(pairs.lengths),
         "instance_tokens": int(pairs.lengths.sum()),
         "not_next": int(pairs.next_sentence_labels.sum()),
         "random_next_from_same_document": same_document_random_next,
         "masked_positions": int(masks["masked_lm_counts"].sum()) if masks is not None else 0,
     }
-    return _BlockResult(pairs=pairs, masks=masks, dump_masks=dump_masks, counts=counts)
+    return _BlockResult(pairs=pairs, masks=masks, dump_masks=dump_masks, counts=counts,
+                        partner_files=partner_files)
+
+
+def _start_pool(workers: int, settings: _BlockSettings):
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # Set while the workers start, so that `tokenizers` does not warn about a fork after this
+    # process used its thread pool; the caller's setting is restored right after.
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        return multiprocessing.get_context(method).Pool(workers, initializer=_init_worker, initargs=(settings, False))
+    finally:
+        if previous is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = previous
 
 
 def _ordered_parallel_map(pool, function, items: Iterable[tuple], max_in_flight: int) -> Iterator:
@@ -326,6 +388,7 @@ def create_pretraining_data(
     raw_document_break_lines: int = DEFAULT_RAW_DOCUMENT_BREAK_LINES,
     encoding_errors: str = "strict",
     overwrite: bool = False,
+    not_next_partners: str = "corpus",
 ) -> dict:
     """Turn corpus files into a pre-training data directory; returns the counts (also in the manifest).
 
@@ -335,6 +398,8 @@ def create_pretraining_data(
     started = time.monotonic()
     if masking not in ("static", "dynamic"):
         raise BertkitError(f"masking must be 'static' or 'dynamic', not {masking!r}")
+    if not_next_partners not in NOT_NEXT_PARTNERS:
+        raise BertkitError(f"not_next_partners must be 'corpus' or 'block', not {not_next_partners!r}")
     if dupe_factor is None:
         dupe_factor = 10 if masking == "static" else 1
     mask_mix = parse_mask_mix(mask_mix)
@@ -375,7 +440,7 @@ def create_pretraining_data(
         vocab=str(vocab_path), raw=raw, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
         dupe_factor=dupe_factor, seed=seed, masking=masking, masked_lm_prob=masked_lm_prob,
         max_predictions=max_predictions_per_seq, mask_mix=mask_mix, whole_word_mask=whole_word_mask,
-        dump=dump_jsonl is not None,
+        dump=dump_jsonl is not None, not_next_partners=not_next_partners,
     )
     config = {
         "inputs": [str(f) for f in files], "vocab": str(vocab_path), "max_seq_length": max_seq_length,
@@ -385,6 +450,8 @@ def create_pretraining_data(
         "workers": workers, "shard_size": shard_size, "block_chars": block_chars,
         "max_line_chars": max_line_chars, "raw_document_break_lines": raw_document_break_lines,
         "encoding_errors": encoding_errors, "dump_jsonl": None if dump_jsonl is None else str(dump_jsonl),
+        # Where a NotNext B came from; a manifest without the field is from before the choice: "block".
+        "not_next_partners": not_next_partners,
     }
 
     stats = CorpusStats()
@@ -393,19 +460,22 @@ def create_pretraining_data(
     if progress:
         bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="create-pretraining-data", file=sys.stderr)
 
-    def documents() -> Iterator[list[str]]:
-        for path in files:
-            yield from read_corpus_file(
+    def documents() -> Iterator[tuple[int, list[str]]]:
+        for file_index, path in enumerate(files):
+            for document in read_corpus_file(
                 path, raw=raw, stats=stats, max_line_chars=max_line_chars, max_document_chars=block_chars // 2,
                 raw_document_break_lines=raw_document_break_lines, encoding_errors=encoding_errors,
                 on_bytes=bar.update if bar is not None else None,
-            )
+            ):
+                yield file_index, document
 
-    jobs = ((index, block) for index, block in enumerate(iter_document_blocks(documents(), block_chars)))
+    blocks = iter_document_blocks(documents(), block_chars, chars=lambda item: document_chars(item[1]))
+    index_dir = output_dir / CORPUS_INDEX_DIR
     writer = ShardWriter(output_dir, max_seq_length=max_seq_length, max_predictions=max_predictions_per_seq,
                          vocab_size=tokenizer.vocab_size, static_masks=masking == "static", shard_size=shard_size)
     totals: dict[str, int] = {}
-    blocks = 0
+    partner_files = [0] * len(files)
+    block_documents: list[tuple[int, int]] = []  # each block's [first, end) document numbers
     pool = None
     try:
         with contextlib.ExitStack() as dump_file:
@@ -413,30 +483,42 @@ def create_pretraining_data(
             dump_handle = dump_file.enter_context(atomic_open(dump_jsonl)) if dump_jsonl is not None else None
             if workers == 1:
                 _init_worker(settings, parallel_tokenizer=True, tokenizer=tokenizer)
-                results: Iterator[_BlockResult] = (_process_block(*job) for job in jobs)
+
+                def run_blocks(function, jobs):
+                    return (function(*job) for job in jobs)
             else:
-                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-                # Set while the workers start, so that `tokenizers` does not warn about a fork after
-                # this process used its thread pool; the caller's setting is restored right after.
-                previous = os.environ.get("TOKENIZERS_PARALLELISM")
-                os.environ["TOKENIZERS_PARALLELISM"] = "false"
-                try:
-                    pool = multiprocessing.get_context(method).Pool(workers, initializer=_init_worker,
-                                                                   initargs=(settings, False))
-                finally:
-                    if previous is None:
-                        os.environ.pop("TOKENIZERS_PARALLELISM", None)
-                    else:
-                        os.environ["TOKENIZERS_PARALLELISM"] = previous
-                results = _ordered_parallel_map(pool, _process_block, jobs, max_in_flight=2 * workers)
-            for result in results:
-                blocks += 1
+                pool = _start_pool(workers, settings)
+
+                def run_blocks(function, jobs):
+                    return _ordered_parallel_map(pool, function, jobs, max_in_flight=2 * workers)
+
+            # Pass 1: tokenize every block into the corpus index, in corpus order.
+            if index_dir.exists():
+                shutil.rmtree(index_dir)  # left by an interrupted run
+            index = CorpusIndexWriter(index_dir, id_dtype_for(tokenizer.vocab_size), len(files))
+            for tokenized in run_blocks(_tokenize_block, enumerate(blocks)):
+                block_documents.append(index.add(tokenized.tokens, tokenized.sentence_lengths,
+                                                 tokenized.sentences_per_document, tokenized.document_files))
+                for key, value in tokenized.counts.items():
+                    totals[key] = totals.get(key, 0) + value
+            index.close()
+            file_ends = tuple(itertools.accumulate(index.documents_per_file))
+            if bar is not None:
+                bar.close()
+                bar = tqdm(total=len(block_documents), unit="block", desc="instances", file=sys.stderr)
+
+            # Pass 2: each block's instances, partners drawn from the index, written in block order.
+            jobs = ((number, first, end, str(index_dir), file_ends)
+                    for number, (first, end) in enumerate(block_documents))
+            for result in run_blocks(_build_block_instances, jobs):
                 writer.add(result.pairs, result.masks)
                 if dump_handle is not None:
                     _write_dump(dump_handle, result, tokenizer.ids_to_tokens)
                 for key, value in result.counts.items():
                     totals[key] = totals.get(key, 0) + value
+                partner_files = [a + b for a, b in zip(partner_files, result.partner_files)]
                 if bar is not None:
+                    bar.update(1)
                     bar.set_postfix(instances=totals.get("instances", 0), refresh=False)
             shards = writer.close()
             if not totals.get("instances"):
@@ -449,6 +531,7 @@ def create_pretraining_data(
             bar.close()
         for leftover in output_dir.glob(f"{SHARD_PREFIX}*.tmp"):  # only what this run wrote
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        shutil.rmtree(index_dir, ignore_errors=True)
         _worker_state.clear()
 
     vocab_copy = output_dir / "vocab.txt"
@@ -472,12 +555,15 @@ def create_pretraining_data(
         "long_paragraphs_split": stats.long_paragraphs_split,
         "undecodable_lines": stats.undecodable_lines,
         "corpus_tokens": totals["corpus_tokens"],
-        "blocks": blocks,
+        "blocks": len(block_documents),
         "instances": instances,
         "instance_tokens": totals["instance_tokens"],
         "not_next": totals["not_next"],
         "not_next_fraction": totals["not_next"] / instances,
         "random_next_from_same_document": totals["random_next_from_same_document"],
+        # Per input file (as "inputs" lists them): its documents, and the NotNext partners drawn from it.
+        "documents_used_per_file": list(index.documents_per_file),
+        "not_next_partners_per_file": partner_files,
         "masked_positions": totals["masked_positions"],
     }
     manifest = {
@@ -529,7 +615,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write every instance as JSON (original field names)")
     parser.add_argument("--shard-size", type=flags.positive_int, default=DEFAULT_SHARD_SIZE, metavar="N", help="instances per shard")
     parser.add_argument("--block-chars", type=flags.positive_int, default=DEFAULT_BLOCK_CHARS, metavar="N",
-                        help="characters of text per processing block (NotNext partners come from the same block)")
+                        help="characters of text per processing block")
+    parser.add_argument("--not-next-partners", choices=NOT_NEXT_PARTNERS, default="corpus",
+                        help="where a NotNext segment B comes from: a random document of all the inputs "
+                             "(corpus, as the original script) or of the same block of --block-chars "
+                             "(block: how bertkit made data before, for re-making the recorded benchmark data)")
     parser.add_argument("--max-line-chars", type=flags.positive_int, default=DEFAULT_MAX_LINE_CHARS, metavar="N",
                         help="longer lines are split at whitespace")
     parser.add_argument("--raw-document-break-lines", type=flags.positive_int, default=DEFAULT_RAW_DOCUMENT_BREAK_LINES, metavar="N",
@@ -551,7 +641,7 @@ def run_from_args(args: argparse.Namespace) -> dict:
         dump_jsonl=args.dump_jsonl, mask_mix=args.mask_mix, progress=not args.no_progress,
         shard_size=args.shard_size, block_chars=args.block_chars, max_line_chars=args.max_line_chars,
         raw_document_break_lines=args.raw_document_break_lines, encoding_errors=args.encoding_errors,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, not_next_partners=args.not_next_partners,
     )
     print(
         f"{summary['instances']} instances ({summary['not_next_fraction']:.1%} NotNext) from "
