@@ -231,7 +231,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
                      resume=resume, progress=progress, tokenizer=tokenizer, time_budget=budget,
                      clock_start=clock_start, existing_output="overwrite" if overwrite else "refuse",
                      identity=identity)
-    run_record = {"data": str(data), "phase2_data": phase2_data, "eval_data": eval_data,
+    run_record = {"data": str(data), "data_not_next_partners": dataset1.not_next_partners,
+                  "phase2_data": phase2_data, "eval_data": eval_data,
                   "model_config": model.config.to_dict(), "recipe": dataclasses.asdict(recipe),
                   "deviations_from_paper": deviations, "time_budget_seconds": budget, "grad_accum": grad_accum,
                   "world_size": world, "objective": objective, "nsp": nsp, "mask_mix": mask_mix, "seed": seed,

@@ -204,6 +204,8 @@ class PretrainingDataset:
             self.max_predictions: int = _manifest_int(config["max_predictions_per_seq"])
             self.mask_mix = tuple(config["mask_mix"])
             self.whole_word_mask: bool = config["whole_word_mask"]
+            # Where NotNext partners were drawn (create.py); data made before the choice drew from its block.
+            self.not_next_partners: str = config.get("not_next_partners", "block")
             self.vocab_size: int = _manifest_int(vocab["size"])
             self.pad_id: int = _manifest_int(vocab["pad_id"])
             self.cls_id: int = _manifest_int(vocab["cls_id"])
