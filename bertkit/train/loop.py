@@ -38,7 +38,7 @@ from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_train
                          set_rng_state, set_seed)
 from .metrics_log import MetricsLog, MetricsWindow
 from .optim import build_optimizer, linear_factor
-from .plan import Calibration, Plan, off_pace, plan_fixed, plan_for_budget, replan, steps_cost
+from .plan import Calibration, Plan, off_pace, pace_check_due, plan_fixed, plan_for_budget, replan, steps_cost
 
 log = logging.getLogger("bertkit")
 
@@ -443,15 +443,16 @@ class Trainer:
         return measured / calibrated if calibrated > 0 else 1.0
 
     def off_pace(self) -> bool:
-        """At each planned evaluation after the first re-plan: would the rest, at the pace kept since
-        the last check, end more than 1% past the budget (the machine got slower) or more than 3%
-        before it (a later phase runs faster than its first steps measured)? Then the rest is
-        re-planned so that the learning rate still reaches zero at the budget's end."""
+        """At each pace check after the first re-plan (`pace_check_due`, evaluating or not): would the
+        rest, at the pace kept since the last check, end more than 1% past the budget (the machine got
+        slower) or too early (`early_finish_tolerance`: a later phase, or the run once warm, is
+        faster than its first steps measured)? Then the rest is re-planned so that the learning rate
+        still reaches zero at the budget's end."""
         plan = self.plan
         if self.resumed:  # a resumed run keeps the recorded schedule, whatever its pace
             return False
-        if (not plan.time_budget or plan.replanned_at is None or not plan.eval_steps
-                or self.global_step % plan.eval_steps or self.global_step >= plan.total_steps):
+        if (plan.replanned_at is None or not pace_check_due(plan, self.global_step)
+                or self.global_step >= plan.total_steps):
             return False
         if self.global_step - self.pace_mark[1] < 20:
             return False
