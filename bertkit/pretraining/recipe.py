@@ -20,7 +20,13 @@ ablations in benchmarks/results/pretraining_budget.md). What they change, and wh
 - a higher peak learning rate with a short warm-up and linear decay to zero at the budget's
   end (Izsak et al. 2021); the warm-up is 6% of the steps but at least 150 (while under a third of
   them): at 2e-3 an 88-step warm-up wiped out the neighbour heads, 138 steps kept them;
-- a smaller batch, 32 (more updates in the budget at the same sequences per second);
+- a smaller batch, 32 (more updates in the budget at the same sequences per second), and 16 on
+  data whose vocabulary makes a step much costlier than the 8,192 pieces the rows were measured
+  with (`fit_to_vocabulary`): the output layer runs at the masked positions only, but there it
+  multiplies by the whole vocabulary, ~58% of a BERT-TINY step's multiply-adds with the 30,522
+  pieces of bert-base-uncased against ~27% with 8,192, so a step costs ~1.7x and the budget holds
+  ~40% fewer updates; half the batch keeps the update count (an estimate from the shapes, not yet
+  measured per vocabulary; training a smaller vocabulary pays more, see the README);
 - a short-sequence phase: the first 70% of the steps see the same data's pairs cut to 64 tokens
   (the paper's own two-length schedule, §A.2, with the shorter length first): 2.6x the sequences
   per second, and attention spread over fewer positions; +1.7 to +1.9 points of held-out MLM
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..config import PRESETS, BertConfig
 from ..errors import BertkitError
 
 
@@ -60,6 +67,7 @@ class Recipe:
     position_init: str = "normal"  # "sinusoidal": learned position embeddings start from the sine table
     short_seq_length: int = 0  # >0: the first short_seq_fraction of the steps on pairs cut to this length
     short_seq_fraction: float = 0.0
+    fitted_to_vocab_size: int = 0  # >0: the batch was fitted to data with this many pieces (fit_to_vocabulary)
 
 
 PAPER = Recipe()
@@ -81,6 +89,44 @@ BUDGET_RECIPES: list[tuple[float, Recipe]] = [
 ]
 
 
+# The budget rows were measured on data with a vocabulary of this many pieces.
+MEASURED_VOCAB_SIZE = 8192
+# A step this many times the measured one's multiply-adds halves the batch (fit_to_vocabulary).
+COSTLIER_STEP = 1.5
+# Predicted positions per token: the paper's 20 of 128 (15% masking, at most 20 per sequence).
+_PREDICTIONS_PER_TOKEN = 20 / 128
+
+
+def multiply_adds_per_token(model_config: str, vocab_size: int, seq_length: int = 128) -> tuple[float, float]:
+    """(encoder, vocabulary) multiply-adds per token of a pre-training forward pass with a preset
+    model: the layers' projections, feed-forward and attention, and the output layer, which runs at
+    the masked positions only (heads.masked_lm_loss) but over the whole vocabulary there. Backward
+    costs about twice each, so the ratio holds for a step. For BERT-MINI it puts 30,522 pieces at
+    1.24x the step of 8,192; measured 1.29x (0.688 against 0.535 s a step, "Recipe levers" in
+    benchmarks/results/pretraining_budget.md)."""
+    config = BertConfig.preset(model_config)
+    hidden, inner, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    encoder = layers * (4 * hidden * hidden + 2 * hidden * inner + 2 * seq_length * hidden) \
+        + _PREDICTIONS_PER_TOKEN * hidden * hidden  # + the prediction head's transform
+    return encoder, _PREDICTIONS_PER_TOKEN * hidden * vocab_size
+
+
+def step_cost_ratio(model_config: str, vocab_size: int) -> float:
+    """Estimated cost of a step on data with `vocab_size` pieces over one with the measured 8,192."""
+    return sum(multiply_adds_per_token(model_config, vocab_size)) / \
+        sum(multiply_adds_per_token(model_config, MEASURED_VOCAB_SIZE))
+
+
+def fit_to_vocabulary(recipe: Recipe, vocab_size: int) -> Recipe:
+    """A budget recipe fitted to data with `vocab_size` pieces: half the batch when a step costs
+    COSTLIER_STEP times the measured recipe's or more, so that the budget still holds about the
+    updates that take MLM off its plateau (at this scale the number of updates decides that more
+    than the sequences seen; batch 16 against 32 on the measured data: the same MLM accuracy)."""
+    if recipe.model_config not in PRESETS or step_cost_ratio(recipe.model_config, vocab_size) < COSTLIER_STEP:
+        return recipe
+    return dataclasses.replace(recipe, batch_size=max(16, recipe.batch_size // 2), fitted_to_vocab_size=vocab_size)
+
+
 def recipe_for_budget(seconds: float | None) -> Recipe:
     if not seconds:
         return NO_BUDGET_DEFAULT
@@ -90,10 +136,15 @@ def recipe_for_budget(seconds: float | None) -> Recipe:
     raise AssertionError("the last row has no bound")
 
 
-def resolve_recipe(given: dict, time_budget: float | None) -> tuple[Recipe, list[str]]:
+def resolve_recipe(given: dict, time_budget: float | None,
+                   vocab_size: int | None = None) -> tuple[Recipe, list[str]]:
     """The recipe with the user's explicit settings (non-None values of `given`) on top, and the
-    list of its deviations from the paper's settings."""
+    list of its deviations from the paper's settings. With a budget and the data's `vocab_size`,
+    a batch size the user did not give is fitted to the vocabulary (`fit_to_vocabulary`)."""
     base = recipe_for_budget(time_budget)
+    if time_budget and vocab_size and given.get("batch_size") is None:
+        base = fit_to_vocabulary(dataclasses.replace(base, model_config=given.get("model_config") or base.model_config),
+                                 vocab_size)
     unknown = set(given) - {f.name for f in dataclasses.fields(Recipe)}
     if unknown:
         raise BertkitError(f"unknown pre-training settings: {', '.join(sorted(unknown))}")
@@ -116,6 +167,14 @@ def deviations_from_paper(recipe: Recipe, time_budget: float | None) -> list[str
         out.append(f"model {recipe.model_config} (paper: BERT-BASE)")
     if recipe.batch_size != PAPER.batch_size:
         out.append(f"batch {recipe.batch_size} sequences (paper: 256)")
+    if recipe.fitted_to_vocab_size:
+        encoder, vocabulary = multiply_adds_per_token(recipe.model_config, recipe.fitted_to_vocab_size)
+        out.append(f"batch halved for the data's {recipe.fitted_to_vocab_size:,}-piece vocabulary: the output layer "
+                   f"is ~{vocabulary / (encoder + vocabulary):.0%} of a step's multiply-adds, a step ~"
+                   f"{step_cost_ratio(recipe.model_config, recipe.fitted_to_vocab_size):.1f}x the "
+                   f"{MEASURED_VOCAB_SIZE:,}-piece data's the budget recipe was measured on; half the batch keeps "
+                   "its number of updates (estimated, not measured; a vocabulary trained on the corpus with "
+                   "`bertkit train-tokenizer` makes every step cheaper)")
     if recipe.learning_rate != PAPER.learning_rate:
         out.append(f"peak learning rate {recipe.learning_rate:g} (paper: 1e-4)")
     if recipe.warmup_steps is None:
@@ -145,4 +204,5 @@ def deviations_from_paper(recipe: Recipe, time_budget: float | None) -> list[str
     return out
 
 
-__all__ = ["Recipe", "PAPER", "NO_BUDGET_DEFAULT", "BUDGET_RECIPES", "recipe_for_budget", "resolve_recipe", "deviations_from_paper"]
+__all__ = ["Recipe", "PAPER", "NO_BUDGET_DEFAULT", "BUDGET_RECIPES", "MEASURED_VOCAB_SIZE", "recipe_for_budget",
+           "resolve_recipe", "deviations_from_paper", "fit_to_vocabulary", "step_cost_ratio", "multiply_adds_per_token"]

@@ -127,17 +127,20 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         raise BertkitError("give --init-from or --model-config, not both (the checkpoint brings its own config)")
     if init_from is not None and position_init is not None:
         raise BertkitError("give --init-from or --position-init, not both (the checkpoint brings its own weights)")
+    first_data = PretrainingDataset(data)
     recipe, deviations = resolve_recipe(dict(
         model_config=model_config if isinstance(model_config, str) or model_config is None else
         f"custom ({model_config.num_hidden_layers} layers x {model_config.hidden_size})", batch_size=batch_size,
         learning_rate=learning_rate, warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, max_steps=max_steps,
         weight_decay=weight_decay, max_grad_norm=max_grad_norm, dropout=dropout, masked_lm_prob=masked_lm_prob,
         nsp=nsp, position_init=position_init, short_seq_length=short_seq_length,
-        short_seq_fraction=short_seq_fraction), budget)
+        short_seq_fraction=short_seq_fraction), budget, vocab_size=first_data.vocab_size)
+    if recipe.fitted_to_vocab_size:
+        log.info(next(d for d in deviations if d.startswith("batch halved")))
     if init_from is not None:  # a continued run starts from the checkpoint's weights, whatever the recipe's init
         recipe = dataclasses.replace(recipe, position_init=PAPER.position_init)
         deviations = deviations_from_paper(recipe, budget)
-    longest = PretrainingDataset(data).max_seq_length
+    longest = first_data.max_seq_length
     if recipe.short_seq_length and recipe.short_seq_length >= longest:
         if short_seq_length is not None:
             raise BertkitError(f"--short-seq-length {short_seq_length} cuts nothing: the data's pairs are at most "
