@@ -1,0 +1,86 @@
+"""What sentence-transformers adds around an encoder's pooled vector, for the embedding routes:
+named prompts (config_sentence_transformers.json), Matryoshka truncation, the similarity function,
+and OpenAI's base64 encoding."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import BertkitError
+from .requests import RequestError
+
+ST_CONFIG = "config_sentence_transformers.json"
+SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
+
+
+@dataclass
+class SentenceTransformerConfig:
+    """The parts of config_sentence_transformers.json that change an embedding or a similarity."""
+
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    similarity_fn_name: str = "cosine"  # sentence-transformers' default
+
+    def prompt(self, prompt_name: str | None) -> str:
+        """The text put before each input: the named prompt, else the default one, else nothing."""
+        if prompt_name is None:
+            return self.prompts.get(self.default_prompt_name, "") if self.default_prompt_name else ""
+        if prompt_name not in self.prompts:
+            known = ", ".join(repr(name) for name in self.prompts) or "none: the model defines no prompts"
+            raise RequestError(422, f"prompt_name {prompt_name!r} is not one of the model's prompts ({known})")
+        return self.prompts[prompt_name]
+
+
+def read_sentence_transformer_config(model_dir: Path) -> SentenceTransformerConfig:
+    path = Path(model_dir) / ST_CONFIG
+    if not path.is_file():
+        return SentenceTransformerConfig()
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise BertkitError(f"cannot read the sentence-transformers config ({e})", path=str(path)) from None
+    if not isinstance(document, dict):
+        raise BertkitError("expected a JSON object", path=str(path))
+    prompts = document.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise BertkitError("'prompts' must map names to prompt texts", path=str(path))
+    default = document.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise BertkitError(f"default_prompt_name {default!r} is not one of the prompts", path=str(path))
+    similarity = document.get("similarity_fn_name") or "cosine"
+    if similarity not in SIMILARITY_FUNCTIONS:
+        raise BertkitError(f"similarity_fn_name must be one of {', '.join(SIMILARITY_FUNCTIONS)}", path=str(path))
+    return SentenceTransformerConfig(prompts, default, similarity)
+
+
+def finish_embedding(vector: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:
+    """Matryoshka: keep the first `dimensions` values, then scale to unit length when asked
+    (sentence-transformers' truncate_dim with normalize_embeddings, TEI's `dimensions`)."""
+    if dimensions is not None:
+        vector = vector[:dimensions]
+    return torch.nn.functional.normalize(vector, dim=0) if normalize else vector
+
+
+def similarities(source: torch.Tensor, candidates: torch.Tensor, function: str) -> list[float]:
+    """sentence-transformers' `similarity(source, candidates)` row: higher is more similar (distances
+    come out negated, as there)."""
+    if function == "dot":
+        scores = candidates @ source
+    elif function == "euclidean":
+        scores = -torch.linalg.vector_norm(candidates - source, dim=1)
+    elif function == "manhattan":
+        scores = -(candidates - source).abs().sum(1)
+    else:
+        scores = torch.nn.functional.cosine_similarity(candidates, source[None, :], dim=1)
+    return scores.tolist()
+
+
+def base64_floats(vector: list[float]) -> str:
+    """OpenAI's encoding_format "base64": the little-endian float32 bytes, base64-encoded."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
