@@ -74,9 +74,21 @@ def parse_json_object(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> dict:
         raise RequestError(400, f"request body is not valid JSON ({e})") from None
     except RecursionError:  # cannot happen below the depth limit; kept so it can never be a 500
         raise RequestError(422, "request body nests too deeply") from None
+    if "\\u" in text and _has_lone_surrogate(document):
+        # An escaped half of a surrogate pair ("\ud800") is no character: JSON parsers such as TEI's
+        # refuse it, and the tokenizer could not encode it.
+        raise RequestError(400, "request body is not valid JSON (a \\u escape is half of a surrogate pair)")
     if not isinstance(document, dict):
         raise RequestError(422, "request body must be a JSON object")
     return document
+
+
+def _has_lone_surrogate(document) -> bool:
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES) -> dict:

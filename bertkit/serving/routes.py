@@ -333,8 +333,11 @@ class Server:
         outputs = await self.run([w for ws in windows for w in ws])
         results, start = [], 0
         for item, ws in zip(items, windows):
-            answers = qa_answers(ws, outputs[start:start + len(ws)], item["context"], top_k, max_answer_len,
-                                 handle_impossible)
+            # A window has fewer spans than max_length squared: larger values change nothing, and are
+            # clamped so that no tensor index overflows.
+            limit = self.engine.max_length
+            answers = qa_answers(ws, outputs[start:start + len(ws)], item["context"], min(top_k, limit * limit),
+                                 min(max_answer_len, limit), handle_impossible)
             start += len(ws)
             # No span can come back when every best span sits where another window sees more context.
             results.append((answers[0] if answers else None) if top_k == 1 else answers)
