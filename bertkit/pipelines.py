@@ -162,7 +162,10 @@ def qa_answers(windows: list[dict], outputs: list[dict], context: str, top_k: in
         start_c, end_c = start[first:first + length], end[first:first + length]
         scores = torch.triu(start_c[:, None] * end_c[None, :]).tril(max_answer_len - 1)  # (L, L)
         flat = scores.flatten()
-        for position in torch.argsort(flat, descending=True)[:top_k].tolist():
+        # Only spans with s <= e < s + max_answer_len: past them the zeros of the mask would come
+        # back as "answers" ending before they start when top_k asks for more.
+        spans = torch.ones(length, length, dtype=torch.bool).triu().tril(max_answer_len - 1).flatten().nonzero()[:, 0]
+        for position in spans[torch.argsort(flat[spans], descending=True)[:top_k]].tolist():
             s, e = divmod(position, length)
             if not row["max_context"][s] and len(windows) > 1:
                 continue

@@ -48,7 +48,7 @@ class ServerProcess:
 
     def __init__(self, model_dir, *extra):
         self.port = free_port()
-        self.log = tempfile.NamedTemporaryFile(prefix="bertkit-serve-", suffix=".log", delete=False)
+        self.log = tempfile.TemporaryFile(prefix="bertkit-serve-", suffix=".log")  # gone once closed
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir),
                                          "--port", str(self.port), "--precision", "fp32", *extra],
@@ -65,18 +65,14 @@ class ServerProcess:
         raise RuntimeError("server did not start")
 
     def stderr(self) -> str:
-        with open(self.log.name, encoding="utf-8") as f:
-            return f.read()
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
 
     def stop(self) -> int:
         self.process.terminate()
         status = self.process.wait(300)
         self.log.close()
         return status
-
-    def remove_log(self) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.log.name)
 
 
 @contextlib.contextmanager

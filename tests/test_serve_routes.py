@@ -44,7 +44,6 @@ def embedding_server(embedding_dir):
     server = ServerProcess(embedding_dir, "--max-client-batch-size", "8", "--log-format", "json")
     yield server
     server.stop()
-    server.remove_log()
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +208,6 @@ def test_rerank_matches_sentence_transformers_cross_encoder(reranker_dir):
         assert int(fields["tokens"]) > 4 and float(fields["compute_ms"]) > 0 and float(fields["queue_ms"]) >= 0
     finally:
         server.stop()
-        server.remove_log()
 
 
 def test_routes_for_another_model_are_424(embedding_server):
