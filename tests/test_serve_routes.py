@@ -181,9 +181,9 @@ def test_rerank_matches_sentence_transformers_cross_encoder(reranker_dir):
     reference = CrossEncoder(str(reranker_dir), device="cpu")
     expected = reference.rank(query, texts, return_documents=True)
     logits = reference.predict([(query, t) for t in texts], activation_fn=torch.nn.Identity())
-    server = ServerProcess(reranker_dir, "--max-client-batch-size", "4")
-    try:
-        port = server.port
+    server = Server(InferenceEngine(reranker_dir, precision="fp32"), max_client_batch_size=4)
+    server.access_log.stream = log = io.StringIO()
+    with server_in_thread(server) as port:
         status, ranks = request(port, "/rerank", {"query": query, "texts": texts, "return_text": True})
         assert status == 200 and [r["index"] for r in ranks] == [e["corpus_id"] for e in expected]
         assert all(abs(r["score"] - e["score"]) < 1e-5 and r["text"] == e["text"] for r, e in zip(ranks, expected))
@@ -202,15 +202,13 @@ def test_rerank_matches_sentence_transformers_cross_encoder(reranker_dir):
         assert "reranker" in info["model_type"]
         # The access log: one logfmt line per request.
         deadline = time.time() + 30  # a line is written once its answer has gone out
-        while len(lines := [line for line in server.stderr().splitlines() if "route=/rerank" in line]) < 10:
+        while len(lines := [line for line in log.getvalue().splitlines() if "route=/rerank" in line]) < 10:
             assert time.time() < deadline, lines
             time.sleep(0.05)
         assert len(lines) == 10
         fields = dict(pair.split("=", 1) for pair in lines[0].split())
         assert fields["method"] == "POST" and fields["status"] == "200" and fields["inputs"] == "4"
         assert int(fields["tokens"]) > 4 and float(fields["compute_ms"]) > 0 and float(fields["queue_ms"]) >= 0
-    finally:
-        server.stop()
 
 
 def test_routes_for_another_model_are_424(embedding_server):
