@@ -78,9 +78,13 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
     except BaseException:
         sock.close()
         raise
-    if log_format == "json":  # the server's own messages (faults with tracebacks) as JSON lines too
-        log.handlers[:] = [server.access_log.handler()]
-    config = uvicorn.Config(server.app(), log_level="warning", lifespan="on", access_log=False)
+    if log_format == "json":  # the server's and uvicorn's own messages (faults with tracebacks) as JSON lines too
+        handler = server.access_log.handler()
+        for name in ("bertkit", "uvicorn", "uvicorn.error"):
+            logging.getLogger(name).handlers[:] = [handler]
+            logging.getLogger(name).propagate = False
+    config = uvicorn.Config(server.app(), log_level="warning", lifespan="on", access_log=False,
+                            log_config=None if log_format == "json" else uvicorn.config.LOGGING_CONFIG)
     # uvicorn re-raises the signal it caught once it has shut down; with this handler in place the
     # re-raised SIGTERM is a no-op and the process exits 0 after finishing the accepted requests.
     signal.signal(signal.SIGTERM, lambda *_: None)
