@@ -19,21 +19,35 @@ TENSOR_TYPES = ("pt", "np")
 
 
 def as_tensor(value: Any, kind: str):
-    """A batch column as a torch tensor ("pt") or numpy array ("np"); rows must be equally long."""
+    """A batch column as a torch tensor ("pt") or numpy array ("np"), as transformers converts
+    it: empty columns are int64; ragged rows are refused for "pt" and become an object array of
+    rows for "np"."""
     if kind not in TENSOR_TYPES:
         raise ValueError(f"return_tensors must be 'pt', 'np' or None, not {kind!r}")
     if isinstance(value, torch.Tensor):
         return value.numpy() if kind == "np" else value
+    if isinstance(value, numpy.ndarray):
+        return value if kind == "np" else torch.from_numpy(value)
+    rows = value if isinstance(value, (list, tuple)) and value else None
+    if rows is not None and isinstance(rows[0], (list, tuple, numpy.ndarray)) and len({len(r) for r in rows}) > 1:
+        if kind == "np":
+            ragged = numpy.empty(len(rows), dtype=object)
+            ragged[:] = [numpy.asarray(row) for row in rows]
+            return ragged
+        raise ValueError(_RAGGED)
     try:
         array = numpy.asarray(value)
-        if array.dtype == object:
-            raise ValueError
     except ValueError:
-        raise ValueError(
-            "Unable to create tensor: rows of different lengths; activate truncation and/or padding "
-            "with padding=True truncation=True to have batched tensors with the same length"
-        ) from None
+        raise ValueError(_RAGGED) from None
+    if array.dtype == object:
+        raise ValueError(_RAGGED)
+    if array.size == 0:
+        array = array.astype(numpy.int64)
     return array if kind == "np" else torch.from_numpy(array)
+
+
+_RAGGED = ("Unable to create tensor: rows of different lengths; activate truncation and/or padding with "
+           "padding=True truncation=True to have batched tensors with the same length")
 
 
 class BatchEncoding(dict):

@@ -39,6 +39,9 @@ class Encoding:
     special_tokens_mask: list[int]
     attention_mask: list[int]
     overflowing: list["Encoding"] = field(default_factory=list)
+    # How many sequences the template placed (1 or 2): asking about another one means, as in
+    # the library, the whole encoding.
+    placed_sequences: int = 1
 
     @classmethod
     def sequence(cls, ids, tokens, offsets, word_ids) -> "Encoding":
@@ -113,15 +116,17 @@ class Encoding:
         for name in _TOKEN_FIELDS:
             pad = [fill[name]] * missing
             columns[name] = pad + getattr(self, name) if side == "left" else getattr(self, name) + pad
-        return Encoding(**columns, overflowing=overflowing)
+        return replace(self, **columns, overflowing=overflowing)
 
     # ---- alignment, as tokenizers.Encoding answers it ----
 
     @property
     def n_sequences(self) -> int:
-        return max(1, len({s for s in self.sequence_ids if s is not None}))
+        return self.placed_sequences
 
     def _sequence_range(self, sequence: int) -> range:
+        if not 0 <= sequence < self.placed_sequences:
+            return range(len(self))
         positions = [i for i, s in enumerate(self.sequence_ids) if s == sequence]
         return range(positions[0], positions[-1] + 1) if positions else range(0)
 
@@ -168,9 +173,11 @@ _TOKEN_FIELDS = ("ids", "type_ids", "tokens", "offsets", "word_ids", "sequence_i
 def truncate_pair(first: Encoding, second: Encoding | None, max_length: int, strategy: str, stride: int,
                   side: str) -> tuple[Encoding, Encoding | None]:
     """`truncate_encodings` of the `tokenizers` library: `max_length` is the room left for the
-    texts' own tokens. Pairs under "longest_first" keep the shorter side whole when it fits in
+    texts' own tokens (negative: no truncation, as the library's unsigned subtraction wraps). Pairs under "longest_first" keep the shorter side whole when it fits in
     half, else both get half (the second the odd token): unlike the original BERT's
     `_truncate_seq_pair`, which removes from B first on ties."""
+    if max_length < 0:
+        return first, second
     if max_length == 0:
         return first.truncated(0, stride, side), None if second is None else second.truncated(0, stride, side)
     total = len(first) + (0 if second is None else len(second))

@@ -871,7 +871,6 @@ class BertTokenizer:
         is_split_into_words: bool = False,
         pad_to_multiple_of: int | None = None,
         padding_side: str | None = None,
-        truncation_side: str | None = None,
         return_tensors: str | None = None,
         return_token_type_ids: bool | None = None,
         return_attention_mask: bool | None = None,
@@ -892,27 +891,35 @@ class BertTokenizer:
         """
         padding, truncation, max_length = self._strategies(padding, truncation, max_length, pad_to_multiple_of)
         padding_side = padding_side or self.padding_side
-        truncation_side = truncation_side or self.truncation_side
-        for name, side in (("padding_side", padding_side), ("truncation_side", truncation_side)):
+        for name, side in (("padding_side", padding_side), ("truncation_side", self.truncation_side)):
             if side not in ("right", "left"):
                 raise ValueError(f"{name} must be 'right' or 'left', not {side!r}")
+        # The `tokenizers` library's own check, on the room left beside a single text's specials
+        # (a max_length under 2 wraps round in its unsigned arithmetic: no check).
+        if truncation != "do_not_truncate" and max_length >= 2 and max_length - 2 < stride:
+            raise ValueError(
+                f"tokenizer stride set to {stride}, which is greater than or equal to its effective max length "
+                f"of {max_length - 2} (= {max_length} original max length - 2 added special tokens)"
+            )
         if split_special_tokens is None:
             split_special_tokens = self.split_special_tokens
         batched, firsts, seconds = _batch_inputs(text, text_pair, is_split_into_words)
         encode = self._word_list_encodings if is_split_into_words else self._sequence_encodings
         first_encodings = encode(firsts, split_special_tokens)
         second_encodings = encode(seconds, split_special_tokens) if seconds is not None else [None] * len(firsts)
-        rows, sample_mapping = [], []
+        rows, sample_mapping, main_lengths = [], [], []
         for sample, (a, b) in enumerate(zip(first_encodings, second_encodings)):
             if truncation != "do_not_truncate":
                 added = self.num_special_tokens_to_add(pair=b is not None) if add_special_tokens else 0
-                a, b = truncate_pair(a, b, max(max_length - added, 0), truncation, stride, truncation_side)
+                a, b = truncate_pair(a, b, max_length - added, truncation, stride, self.truncation_side)
             encoding = self._with_special_tokens(a, b, add_special_tokens)
+            main_lengths.append(len(encoding))
             windows = [encoding, *encoding.overflowing] if return_overflowing_tokens else [encoding]
             rows += windows
             sample_mapping += [sample] * len(windows)
         if padding != "do_not_pad":
-            target = padding_target([len(r) for r in rows], max_length if padding == "max_length" else None,
+            # "longest" means the longest main window: the library pads a longer overflow window no further
+            target = padding_target(main_lengths, max_length if padding == "max_length" else None,
                                     pad_to_multiple_of)
             rows = [r.padded(target, self.pad_token_id, PAD, padding_side) for r in rows]
         rows = [replace(r, overflowing=[]) for r in rows]
@@ -938,11 +945,15 @@ class BertTokenizer:
         a = a.placed(0, 0)
         b = None if b is None else b.placed(1, 1)
         if not add_special_tokens:
-            return a if b is None else a.merged(b)
-        encoding = Encoding.special(self.cls_token_id, CLS, 0).merged(a).merged(Encoding.special(self.sep_token_id, SEP, 0))
-        if b is not None:
-            encoding = encoding.merged(b).merged(Encoding.special(self.sep_token_id, SEP, 1))
-        return encoding
+            encoding = a if b is None else a.merged(b)
+        else:
+            encoding = Encoding.special(self.cls_token_id, CLS, 0).merged(a).merged(
+                Encoding.special(self.sep_token_id, SEP, 0))
+            if b is not None:
+                encoding = encoding.merged(b).merged(Encoding.special(self.sep_token_id, SEP, 1))
+        count = 1 if b is None else 2
+        return replace(encoding, placed_sequences=count,
+                       overflowing=[replace(o, placed_sequences=count) for o in encoding.overflowing])
 
     def encode_plus(self, text, text_pair=None, **kwargs) -> BatchEncoding:
         """One text (or pair) as transformers 4's encode_plus: the call on a single input."""
