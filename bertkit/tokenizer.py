@@ -13,8 +13,15 @@ already in Unicode 3.2 with the same general category as today, so every table i
 agrees on it) and NFC leaves it unchanged. Anything else (new scripts, emoji, unassigned code
 points, lone surrogates, "Σ" when lower-casing, decomposed accents) takes the exact path: on
 the shared corpora about one line in a thousand. Both paths report character offsets into the
-ORIGINAL text. A literal "[MASK]" in the text is split like any other text ("[", "mask", "]"),
-as in the original.
+ORIGINAL text.
+
+Two surfaces share those paths. The original release's tokenization (`tokenize_batch`,
+`encode_ids_batch`, `encode_batch`) is what pre-training data creation, `bertkit tokenize` and the
+fine-tuning tasks use, for fidelity to the original: a literal "[MASK]" in the text is split like
+any other text ("[", "mask", "]"), pairs are truncated as `_truncate_seq_pair` does. transformers'
+call surface (`__call__`, `encode`, `tokenize`, `decode`, `pad`, ...) answers as `BertTokenizerFast`
+does: special tokens typed in text are single tokens (unless `split_special_tokens=True`), and
+truncation, stride windows and padding follow the `tokenizers` library (bertkit.encoding).
 """
 
 from __future__ import annotations
@@ -1108,25 +1115,21 @@ class BertTokenizer:
         """Word pieces back to text: "##" continuations glued on (the WordPiece decoder)."""
         return self._call_backend.decoder.decode(list(tokens))
 
-    def save_pretrained(self, directory: str | os.PathLike, **_ignored_by_design) -> tuple[str, ...]:
-        """Write vocab.txt, tokenizer_config.json, special_tokens_map.json and tokenizer.json, so
-        that transformers' AutoTokenizer loads the folder as a fast tokenizer answering as this one."""
-        if _ignored_by_design:
-            raise TypeError(f"save_pretrained got unexpected keyword arguments {sorted(_ignored_by_design)}")
+    def save_pretrained(self, directory: str | os.PathLike) -> tuple[str, str, str]:
+        """Write vocab.txt, tokenizer_config.json and tokenizer.json, so that transformers'
+        AutoTokenizer loads the folder as a fast tokenizer answering as this one."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         vocab_path = directory / VOCAB_NAME
         config_path = directory / CONFIG_NAME
-        special_path = directory / "special_tokens_map.json"
         json_path = directory / TOKENIZER_JSON_NAME
         config = _tokenizer_config(self.do_lower_case)
         config["model_max_length"] = self.model_max_length
         config["clean_up_tokenization_spaces"] = self.clean_up_tokenization_spaces
         atomic_write_text(vocab_path, "".join(token + "\n" for token in self.ids_to_tokens))
         atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
-        atomic_write_text(special_path, json.dumps(self.special_tokens_map, indent=2) + "\n")
         atomic_write_text(json_path, self._call_backend.to_str(pretty=True) + "\n")
-        return str(vocab_path), str(config_path), str(special_path), str(json_path)
+        return str(vocab_path), str(config_path), str(json_path)
 
 
 def _call_settings(config: dict, path: Path) -> dict:

@@ -329,3 +329,22 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="text must be"):
         OURS([1, 2])
     assert isinstance(OURS(["a b"], return_tensors="np")["input_ids"], numpy.ndarray)
+
+
+@PROPERTY
+@given(st.lists(texts(max_words=30), min_size=1, max_size=2), st.booleans(), st.integers(6, 20), st.integers(0, 3),
+       st.sampled_from([True, "only_first"]))
+def test_left_truncation_and_padding_sides_set_on_the_tokenizer(batch, with_pairs, max_length, stride, truncation):
+    """truncation_side / padding_side set as attributes, as transformers users set them."""
+    pairs = ["a short pair"] * len(batch) if with_pairs else None
+    kwargs = dict(truncation=truncation, max_length=max_length, stride=stride, return_overflowing_tokens=True,
+                  return_offsets_mapping=True, padding=True)
+    for tokenizer in (OURS, REFERENCE):
+        tokenizer.truncation_side, tokenizer.padding_side = "left", "left"
+    try:
+        got, expected = call_both(batch, pairs, **kwargs)
+    finally:
+        for tokenizer in (OURS, REFERENCE):
+            tokenizer.truncation_side, tokenizer.padding_side = "right", "right"
+    if expected is not None:
+        assert_same_encoding(got, expected, rows=len(expected["input_ids"]))
