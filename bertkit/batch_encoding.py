@@ -53,7 +53,8 @@ _RAGGED = ("Unable to create tensor: rows of different lengths; activate truncat
 class BatchEncoding(dict):
     """The tokenizer call's result: a plain dict of columns plus the rows' `Encoding`s."""
 
-    def __init__(self, data: dict | None = None, encodings: list[Encoding] | None = None, tensor_type: str | None = None):
+    def __init__(self, data: dict | None = None, encodings: list[Encoding] | None = None,
+                 tensor_type: str | None = None):
         super().__init__(data or {})
         self._encodings = encodings
         if tensor_type is not None:

@@ -47,7 +47,8 @@ class Encoding:
     def sequence(cls, ids, tokens, offsets, word_ids) -> "Encoding":
         """The pieces of one text, not yet placed in a template (sequence 0, type 0)."""
         n = len(ids)
-        return cls(list(ids), [0] * n, list(tokens), [tuple(o) for o in offsets], list(word_ids), [0] * n, [0] * n, [1] * n)
+        return cls(list(ids), [0] * n, list(tokens), [tuple(o) for o in offsets], list(word_ids), [0] * n, [0] * n,
+                   [1] * n)
 
     @classmethod
     def special(cls, token_id: int, token: str, type_id: int) -> "Encoding":
@@ -173,9 +174,10 @@ _TOKEN_FIELDS = ("ids", "type_ids", "tokens", "offsets", "word_ids", "sequence_i
 def truncate_pair(first: Encoding, second: Encoding | None, max_length: int, strategy: str, stride: int,
                   side: str) -> tuple[Encoding, Encoding | None]:
     """`truncate_encodings` of the `tokenizers` library: `max_length` is the room left for the
-    texts' own tokens (negative: no truncation, as the library's unsigned subtraction wraps). Pairs under "longest_first" keep the shorter side whole when it fits in
-    half, else both get half (the second the odd token): unlike the original BERT's
-    `_truncate_seq_pair`, which removes from B first on ties."""
+    texts' own tokens (negative: no truncation, as the library's unsigned subtraction wraps).
+    Pairs under "longest_first" keep the shorter side whole when it fits in half, else both get
+    half (the second the odd token): unlike the original BERT's `_truncate_seq_pair`, which
+    removes from B first on ties."""
     if max_length < 0:
         return first, second
     if max_length == 0:

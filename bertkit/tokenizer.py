@@ -998,7 +998,8 @@ class BertTokenizer:
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return 3 if pair else 2
 
-    def build_inputs_with_special_tokens(self, token_ids_0: list[int], token_ids_1: list[int] | None = None) -> list[int]:
+    def build_inputs_with_special_tokens(self, token_ids_0: list[int],
+                                         token_ids_1: list[int] | None = None) -> list[int]:
         ids = [self.cls_token_id, *token_ids_0, self.sep_token_id]
         return ids if token_ids_1 is None else ids + [*token_ids_1, self.sep_token_id]
 
@@ -1045,14 +1046,14 @@ class BertTokenizer:
                 return_tensors = "pt"
             elif type(probe).__module__ == "numpy":
                 return_tensors = "np"
-        columns = {key: value.tolist() if hasattr(value, "tolist") else
-                   [v.tolist() if hasattr(v, "tolist") else v for v in value] if isinstance(value, (list, tuple))
-                   else value for key, value in columns.items()}
+        columns = {key: _as_python(value) for key, value in columns.items()}
         if not columns["input_ids"]:
             return BatchEncoding(columns, tensor_type=return_tensors)
         padding, _, max_length = self._strategies(padding, None if padding is not False else False, max_length,
                                                   pad_to_multiple_of)
         side = padding_side or self.padding_side
+        if side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', not {side!r}")
         if return_attention_mask is None:
             return_attention_mask = True
         batched = isinstance(columns["input_ids"][0], (list, tuple))
@@ -1062,6 +1063,8 @@ class BertTokenizer:
             max_length = max(len(get("input_ids", i)) for i in range(rows))
         fill = {"input_ids": self.pad_token_id, "attention_mask": 0, "token_type_ids": self.pad_token_type_id,
                 "special_tokens_mask": 1}
+        if not return_attention_mask:  # transformers leaves a given mask as it is then
+            del fill["attention_mask"]
         out = {key: [] for key in columns}
         if return_attention_mask:
             out.setdefault("attention_mask", [])
@@ -1085,12 +1088,10 @@ class BertTokenizer:
             out = {key: value[0] for key, value in out.items()}
         return BatchEncoding(out, tensor_type=return_tensors)
 
-    def decode(self, token_ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None,
-               **kwargs) -> str:
+    def decode(self, token_ids, skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool | None = None) -> str:
         """Ids back to text with the `tokenizers` WordPiece decoder, special tokens kept unless
         skip_special_tokens; clean_up_tokenization_spaces defaults to tokenizer_config.json's."""
-        if kwargs:
-            raise TypeError(f"decode got unexpected keyword arguments {sorted(kwargs)}")
         if isinstance(token_ids, dict):
             token_ids = token_ids["input_ids"]
         if hasattr(token_ids, "tolist"):
@@ -1130,6 +1131,15 @@ class BertTokenizer:
         atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
         atomic_write_text(json_path, self._call_backend.to_str(pretty=True) + "\n")
         return str(vocab_path), str(config_path), str(json_path)
+
+
+def _as_python(value):
+    """A column (tensor, array, list of either) as Python lists."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [v.tolist() if hasattr(v, "tolist") else v for v in value]
+    return value
 
 
 def _call_settings(config: dict, path: Path) -> dict:

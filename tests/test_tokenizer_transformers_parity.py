@@ -108,7 +108,8 @@ def assert_same_encoding(got, expected, rows: int | None):
         questions += [("token_to_chars", token) for token in range(0, size, max(1, size // 6))]
         for sequence in (0, 1):
             questions += [(name, word, sequence) for name in ("word_to_tokens", "word_to_chars") for word in range(6)]
-            questions += [(name, char, sequence) for name in ("char_to_token", "char_to_word") for char in range(0, 30, 3)]
+            questions += [(name, char, sequence) for name in ("char_to_token", "char_to_word")
+                          for char in range(0, 30, 3)]
         for name, *arguments in questions:
             assert answer(got, name, index, *arguments) == answer(expected, name, index, *arguments), (name, arguments)
 
@@ -196,7 +197,8 @@ def test_exact_path_texts_follow_transformers_python_tokenizer(words, split):
     assume(_needs_exact_path(text, True))
     got = OURS(text, split_special_tokens=split, return_offsets_mapping=True)
     if split:  # the Python tokenizer's basic tokenizer and WordPiece, which never keep specials whole
-        pieces = [p for word in LEGACY.basic_tokenizer.tokenize(text) for p in LEGACY.wordpiece_tokenizer.tokenize(word)]
+        words = LEGACY.basic_tokenizer.tokenize(text)
+        pieces = [piece for word in words for piece in LEGACY.wordpiece_tokenizer.tokenize(word)]
         expected = LEGACY.build_inputs_with_special_tokens(LEGACY.convert_tokens_to_ids(pieces))
     else:
         expected = LEGACY(text)["input_ids"]
@@ -227,13 +229,14 @@ def test_decode_matches_transformers(ids, skip, clean_up):
 @PROPERTY
 @given(st.lists(texts(), min_size=1, max_size=4), st.sampled_from([True, "longest", "max_length", False]),
        st.sampled_from([None, 16, 24]), st.sampled_from([None, 8]), st.sampled_from(["right", "left"]),
-       st.sampled_from([None, "pt", "np"]), st.booleans(), st.booleans())
-def test_pad_matches_transformers(batch, padding, max_length, multiple, side, tensors, as_rows, special_mask):
+       st.sampled_from([None, "pt", "np"]), st.booleans(), st.booleans(), st.sampled_from([None, True, False]))
+def test_pad_matches_transformers(batch, padding, max_length, multiple, side, tensors, as_rows, special_mask,
+                                  attention_mask):
     assume(padding != "max_length" or max_length is not None)
     encoded = REFERENCE(batch, return_special_tokens_mask=special_mask)
     inputs = [{k: encoded[k][i] for k in encoded} for i in range(len(batch))] if as_rows else dict(encoded)
     kwargs = dict(padding=padding, max_length=max_length, pad_to_multiple_of=multiple, padding_side=side,
-                  return_tensors=tensors)
+                  return_tensors=tensors, return_attention_mask=attention_mask)
     try:
         expected = REFERENCE.pad(inputs, **kwargs)
     except ValueError:
