@@ -38,6 +38,8 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: s
         do_lower_case = infer_do_lower_case(tokenizer.ids_to_tokens)
         if not do_lower_case:
             tokenizer = BertTokenizer(vocab_file, do_lower_case=False)
+    # The length limit the Hugging Face copies of Google's checkpoints declare: the model's positions.
+    tokenizer.model_max_length = config.max_position_embeddings
     if tokenizer.vocab_size > config.vocab_size:
         raise BertkitError(f"the vocabulary has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                            f"{config.vocab_size} (is this the model's vocab.txt?)", path=vocab_file)

@@ -166,8 +166,9 @@ def test_hostile_strings_parity(pair):
     ours, legacy, _ = pair
     for text in HOSTILE:
         expected = reference_tokens(legacy, text)
-        assert ours.tokenize(text) == expected, repr(text)
-        assert ours.encode(text)["input_ids"][1:-1] == legacy.convert_tokens_to_ids(expected), repr(text)
+        # split_special_tokens: "[MASK]" typed in text is text, as in the original
+        assert ours.tokenize(text, split_special_tokens=True) == expected, repr(text)
+        assert ours.encode_batch([text])[0]["input_ids"][1:-1] == legacy.convert_tokens_to_ids(expected), repr(text)
     assert ours.tokenize_batch(HOSTILE) == [reference_tokens(legacy, t) for t in HOSTILE]
 
 
@@ -224,8 +225,11 @@ def test_hand_computed_examples(uncased):
     assert uncased.tokenize("x\x00" * 70) == uncased.tokenize("x" * 70)
     assert uncased.tokenize("É" * 101) == ["[UNK]"]
     assert uncased.tokenize("ΟΔΟΣ") == uncased.tokenize("οδος") != uncased.tokenize("οδοσ")
-    # Special-token strings in raw text are ordinary text, as in the original.
-    assert uncased.tokenize("the [MASK] sat") == ["the", "[", "mask", "]", "sat"]
+    # Special-token strings in raw text are ordinary text in the original (tokenize_batch, the
+    # path of pre-training data); transformers' tokenize keeps them whole unless told otherwise.
+    assert uncased.tokenize_batch(["the [MASK] sat"]) == [["the", "[", "mask", "]", "sat"]]
+    assert uncased.tokenize("the [MASK] sat", split_special_tokens=True) == ["the", "[", "mask", "]", "sat"]
+    assert uncased.tokenize("the [MASK] sat") == ["the", "[MASK]", "sat"]
     assert uncased.tokenize("") == [] and uncased.tokenize(" \t\u3000\n ") == []
 
 
@@ -264,7 +268,7 @@ def test_pair_encoding_and_truncation_match_the_original(pair, corpus_lines):
         single = ours.encode_batch(texts_a, max_length=max_length)
         for a, result in zip(ids_a, single):
             assert result["input_ids"] == legacy.build_inputs_with_special_tokens(a[: max_length - 2])
-    untruncated = ours.encode(texts_a[0], texts_b[0], max_length=8, truncation=False)
+    untruncated = ours.encode_batch([texts_a[0]], [texts_b[0]], max_length=8, truncation=False)[0]
     assert untruncated["input_ids"] == legacy.build_inputs_with_special_tokens(ids_a[0], ids_b[0])
 
 
@@ -276,7 +280,7 @@ def test_truncated_pair_lengths_equals_the_original_loop():
 
 
 def test_encode_layout_padding_and_arguments(uncased):
-    result = uncased.encode("Hello world", "Good bye", return_offsets=True)
+    result = uncased.encode_batch(["Hello world"], ["Good bye"], return_offsets=True)[0]
     assert uncased.convert_ids_to_tokens(result["input_ids"]) == [
         "[CLS]", "hello", "world", "[SEP]", "good", "bye", "[SEP]",
     ]  # fmt: skip
@@ -285,7 +289,7 @@ def test_encode_layout_padding_and_arguments(uncased):
     assert result["offsets"] == [(0, 0), (0, 5), (6, 11), (0, 0), (0, 4), (5, 8), (0, 0)]
     assert result["sequence_ids"] == [None, 0, 0, None, 1, 1, None]
 
-    padded = uncased.encode("Hello", max_length=6, padding=True, return_offsets=True)
+    padded = uncased.encode_batch(["Hello"], max_length=6, padding=True, return_offsets=True)[0]
     assert padded["input_ids"] == [101, uncased.vocab["hello"], 102, 0, 0, 0]
     assert padded["attention_mask"] == [1, 1, 1, 0, 0, 0]
     assert padded["offsets"][3:] == [(0, 0)] * 3 and padded["sequence_ids"][3:] == [None] * 3
@@ -294,9 +298,9 @@ def test_encode_layout_padding_and_arguments(uncased):
     assert [len(r["input_ids"]) for r in batch] == [5, 5] and batch[0]["attention_mask"] == [1, 1, 1, 0, 0]
     assert "offsets" not in batch[0]
     with pytest.raises(ValueError):
-        uncased.encode("x", padding="max_length")
+        uncased.encode_batch(["x"], padding="max_length")
     with pytest.raises(BertkitError, match="max_length=2"):
-        uncased.encode("x", "y", max_length=2)
+        uncased.encode_batch(["x"], ["y"], max_length=2)
     with pytest.raises(TypeError):
         uncased.tokenize_batch("not a list")
 
@@ -358,15 +362,18 @@ def test_exact_path_offsets_equal_rust_offsets(pair, corpus_lines):
 def test_decode_matches_transformers(pair, corpus_lines):
     ours, legacy, _ = pair
     for text in corpus_lines[:300] + HOSTILE:
-        ids = ours.encode(text)["input_ids"]
-        assert ours.decode(ids) == legacy.decode(ids, skip_special_tokens=True), text
-        assert ours.decode(ids, skip_special_tokens=False) == legacy.decode(ids, skip_special_tokens=False), text
+        ids = ours.encode_batch([text])[0]["input_ids"]
+        for skip in (True, False):
+            got = ours.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=True)
+            assert got == legacy.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=True), text
 
 
 def test_decode_joins_pieces(uncased):
     ids = uncased.convert_tokens_to_ids(["[CLS]", "una", "##ffa", "##ble", "fellow", ",", "don", "'", "t", "[SEP]"])
-    assert uncased.decode(ids) == "unaffable fellow, don't"
-    assert uncased.decode(ids, skip_special_tokens=False) == "[CLS] unaffable fellow, don't [SEP]"
+    assert uncased.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True) == "unaffable fellow, don't"
+    assert uncased.decode(ids, clean_up_tokenization_spaces=True) == "[CLS] unaffable fellow, don't [SEP]"
+    # transformers' defaults: special tokens kept, no clean-up without tokenizer_config.json asking
+    assert uncased.decode(ids) == "[CLS] unaffable fellow, don ' t [SEP]"
 
 
 # ------------------------------------------------------------------------------------ training
