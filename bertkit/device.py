@@ -125,3 +125,19 @@ def autocast(device: torch.device, precision: str):
     if precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+          "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def parse_dtype(dtype) -> torch.dtype | None:
+    """transformers' `dtype=` / `torch_dtype=`: None or "auto" (keep the checkpoint's, fp32 in
+    bertkit's files), a torch dtype or its name."""
+    if dtype is None or dtype == "auto":
+        return None
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
+        return DTYPES[dtype.removeprefix("torch.")]
+    raise BertkitError(f"dtype must be torch.float32, torch.float16, torch.bfloat16 or \"auto\", not {dtype!r}")

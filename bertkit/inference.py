@@ -146,28 +146,42 @@ def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]
 class InferenceEngine:
     """A model folder ready to answer: `forward(rows)` for model outputs, the task helpers on top."""
 
-    def __init__(self, model_dir: str | Path, device: str = "auto", precision: str = "auto",
-                 max_batch_tokens: int = 16384, max_batch_size: int = 256, quantize: str = "none"):
+    def __init__(self, model_dir: str | Path | None, device: str = "auto", precision: str = "auto",
+                 max_batch_tokens: int = 16384, max_batch_size: int = 256, quantize: str = "none",
+                 model=None, tokenizer=None):
         """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32
-        activations; "none" keeps the checkpoint's weights as they are."""
-        self.model_dir = Path(model_dir)
-        if not self.model_dir.is_dir():
+        activations; "none" keeps the checkpoint's weights as they are.
+
+        `model`: an already built bertkit model object instead of a folder (it is moved to the
+        device and put in eval mode, as transformers' pipeline does); `tokenizer`: a BertTokenizer
+        or the folder of one (default: the model folder's)."""
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        if model is None and (self.model_dir is None or not self.model_dir.is_dir()):
             raise BertkitError("model directory not found", path=str(self.model_dir))
         if quantize not in QUANTIZE_CHOICES:
             raise BertkitError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {quantize!r}")
         self.device = pick_device(device)
         if quantize == "int8" and (self.device.type != "cpu" or precision == "bf16"):
             raise BertkitError("int8 quantisation runs on the CPU with fp32 activations: drop --device / --precision bf16")
-        self.model = load_model(self.model_dir, require_head=True).to(self.device).eval()
+        if model is None:
+            model = load_model(self.model_dir, require_head=True)
+        elif type(model).__name__ not in TASKS:
+            raise BertkitError(f"model must be a bertkit model ({', '.join(TASKS)}), not {type(model).__name__}")
+        self.model = model.to(self.device).eval()
         self.quantize = quantize
         if quantize == "int8":
             quantize_int8(self.model)
             precision = "fp32"
         self.config = self.model.config
         self.precision = resolve_precision(precision, self.device)
-        self.tokenizer = BertTokenizer.from_pretrained(self.model_dir)
-        self.pooling = read_pooling(self.model_dir)
-        self.max_length = _max_length_of(self.model_dir, self.config)
+        if tokenizer is None:
+            if self.model_dir is None:
+                raise BertkitError("a model object needs tokenizer= (a BertTokenizer or its folder)")
+            tokenizer = self.model_dir
+        self.tokenizer = tokenizer if isinstance(tokenizer, BertTokenizer) else BertTokenizer.from_pretrained(tokenizer)
+        self.pooling = read_pooling(self.model_dir) if self.model_dir is not None else None
+        self.max_length = _max_length_of(self.model_dir, self.config) if self.model_dir is not None \
+            else self.config.max_position_embeddings
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_size = max_batch_size
         self.task = TASKS[type(self.model).__name__]

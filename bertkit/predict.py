@@ -36,8 +36,9 @@ from .errors import BertkitError
 from .outputs import atomic_write
 from .inference import InferenceEngine
 from .kernels.int8 import QUANTIZE_CHOICES
-from .pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
-                        token_entities)
+from .answer_defaults import FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from .pipelines import (AGGREGATION_STRATEGIES, fill_mask_results, label_scores, mask_row, qa_answers, qa_windows,
+                        score_function, token_entities)
 
 log = logging.getLogger("bertkit")
 
@@ -155,7 +156,7 @@ def _ner_result(engine, record, rows, outputs, options):
 def _qa_rows(engine, record, options, where):
     try:
         return qa_windows(engine, _field(record, "question", where), _field(record, "context", where),
-                          doc_stride=options.doc_stride, truncate=True)
+                          doc_stride=options.doc_stride, truncate=True, max_seq_len=options.max_seq_length)
     except BertkitError as e:
         raise BertkitError(e.message, *where) from None
 
@@ -326,12 +327,20 @@ def _command(task: str):
             parser.add_argument("--text-pair-column", default="text_pair", help="field holding the second text")
             parser.add_argument("--no-truncate", dest="truncate", action="store_false",
                                 help="refuse over-long inputs instead of truncating them")
-            parser.add_argument("--aggregation-strategy", default="simple", choices=("simple", "none"),
-                                help="token-classification: entity spans (simple) or tokens (none)")
-            parser.add_argument("--top-k", type=int, default=1 if task == "question-answering" else 5,
-                                help="answers (QA) or tokens (fill-mask) per input")
-            parser.add_argument("--max-answer-length", type=int, default=30, help="QA: longest answer in tokens")
-            parser.add_argument("--doc-stride", type=int, default=128, help="QA: window step over long contexts")
+            parser.add_argument("--aggregation-strategy", default=TOKEN_CLASSIFICATION["aggregation_strategy"],
+                                choices=AGGREGATION_STRATEGIES,
+                                help="token-classification: one entity per token (none, the default, as "
+                                     "transformers' pipeline), B-/I- runs (simple), or runs after a vote per "
+                                     "word (first, average, max)")
+            parser.add_argument("--top-k", type=int, default=QUESTION_ANSWERING["top_k"] if task == "question-answering"
+                                else FILL_MASK["top_k"], help="answers (QA) or tokens (fill-mask) per input")
+            parser.add_argument("--max-answer-length", type=int, default=QUESTION_ANSWERING["max_answer_len"],
+                                help="QA: longest answer in tokens (default %(default)s, transformers' pipeline; "
+                                     "Google's run_squad.py and `bertkit squad`: 30)")
+            parser.add_argument("--doc-stride", type=int, default=QUESTION_ANSWERING["doc_stride"],
+                                help="QA: window step over long contexts")
+            parser.add_argument("--max-seq-length", type=int, default=QUESTION_ANSWERING["max_seq_len"],
+                                help="QA: tokens per window (question + context)")
             parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                                 help="embeddings: --normalize / --no-normalize (default: as the model folder says)")
             parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
