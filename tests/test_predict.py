@@ -71,7 +71,7 @@ def test_token_classification_entities_carry_offsets_into_the_raw_text(save, tmp
     texts = ["John Smithson lives in  New York City", "Ünïcode café ☃ in Zürich"]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     assert main(["predict", "token-classification", "--model", str(directory), "--input", str(tmp_path / "in.jsonl"),
-                 "--output", str(tmp_path / "out.jsonl"), "--precision", "fp32"]) == 0
+                 "--output", str(tmp_path / "out.jsonl"), "--precision", "fp32", "--aggregation-strategy", "simple"]) == 0
     rows = _jsonl(tmp_path / "out.jsonl")
     reference = transformers.pipeline("token-classification", model=str(directory), aggregation_strategy="simple")
     for text, row, want in zip(texts, rows, reference(texts)):

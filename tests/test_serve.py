@@ -252,7 +252,7 @@ def test_token_classification_and_question_answering_routes(tmp_path):
     try:
         status, entities = request(port, "/token-classification", {"inputs": text})
         assert status == 200 and entities == json.loads(json.dumps(
-            bertkit.pipeline("ner", model=ner_dir, aggregation_strategy="simple")(text)))
+            bertkit.pipeline("ner", model=ner_dir)(text)))  # the same default (answer_defaults.py)
     finally:
         process.terminate()
         process.wait(300)
