@@ -107,6 +107,7 @@ class BertForPreTraining(BertPreTrainedModel):
             prediction_logits=prediction_logits,
             seq_relationship_logits=seq_relationship_logits,
             hidden_states=out.hidden_states,
+            attentions=out.attentions,
             mlm_loss=mlm_loss,  # after transformers' fields, so tuples line up with theirs
             nsp_loss=nsp_loss,
         ), return_dict)
@@ -132,7 +133,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         else:
             logits = self.cls.predictions(out.last_hidden_state)
         return returned(ModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                    mlm_loss=loss, prediction_logits=logits), return_dict)
+                                    attentions=out.attentions, mlm_loss=loss, prediction_logits=logits), return_dict)
 
 
 class BiLSTMOnTop(nn.Module):
@@ -166,8 +167,8 @@ class _TaskModel(BertPreTrainedModel):
         if self.config.bilstm_hidden_size:
             seq = self.bilstm(out.last_hidden_state)
             pooled = self.bert.pool(seq, attention_mask) if self.bert.pooler is not None else None
-            return seq, pooled, out.hidden_states
-        return out.last_hidden_state, out.pooler_output, out.hidden_states
+            return seq, pooled, out.hidden_states, out.attentions
+        return out.last_hidden_state, out.pooler_output, out.hidden_states, out.attentions
 
 
 class BertForSequenceClassification(_TaskModel):
@@ -181,7 +182,7 @@ class BertForSequenceClassification(_TaskModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, output_hidden_states=False, return_dict=True, **kw):
-        _, pooled, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
+        _, pooled, hidden_states, attentions = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                                output_hidden_states, kw)
         logits = self.classifier(self.dropout(pooled))  # (B, K)
         loss = None
@@ -197,7 +198,8 @@ class BertForSequenceClassification(_TaskModel):
                 loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1))
             else:
                 loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states), return_dict)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states, attentions=attentions),
+                        return_dict)
 
 
 class BertForQuestionAnswering(_TaskModel):
@@ -216,7 +218,7 @@ class BertForQuestionAnswering(_TaskModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 start_positions=None, end_positions=None, output_hidden_states=False, return_dict=True, **kw):
-        seq, _, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
+        seq, _, hidden_states, attentions = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                             output_hidden_states, kw)
         start_logits, end_logits = self.qa_outputs(seq).unbind(-1)  # (B, T) each
         loss = None
@@ -228,7 +230,7 @@ class BertForQuestionAnswering(_TaskModel):
             loss = (F.cross_entropy(start_logits.float(), start, ignore_index=T)
                     + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2
         return returned(ModelOutput(loss=loss, start_logits=start_logits, end_logits=end_logits,
-                                    hidden_states=hidden_states), return_dict)
+                                    hidden_states=hidden_states, attentions=attentions), return_dict)
 
 
 class BertForTokenClassification(_TaskModel):
@@ -244,13 +246,14 @@ class BertForTokenClassification(_TaskModel):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, output_hidden_states=False, return_dict=True, **kw):
-        seq, _, hidden_states = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
+        seq, _, hidden_states, attentions = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                             output_hidden_states, kw)
         logits = self.classifier(self.dropout(seq))  # (B, T, K)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
-        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states), return_dict)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states, attentions=attentions),
+                        return_dict)
 
 
 class BertForMultipleChoice(_TaskModel):
@@ -268,11 +271,12 @@ class BertForMultipleChoice(_TaskModel):
         def flat(t):  # (B, C, T) -> (B*C, T)
             return None if t is None else t.reshape(B * C, -1)
 
-        _, pooled, hidden_states = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids),
+        _, pooled, hidden_states, attentions = self.encode(flat(input_ids), flat(attention_mask), flat(token_type_ids),
                                                flat(position_ids), output_hidden_states, kw)
         logits = self.classifier(self.dropout(pooled)).view(B, C)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states), return_dict)
+        return returned(ModelOutput(loss=loss, logits=logits, hidden_states=hidden_states, attentions=attentions),
+                        return_dict)
 
 
 TASK_CLASSES = {

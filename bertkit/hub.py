@@ -17,6 +17,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .config import BertConfig
+from .device import parse_dtype
 from .errors import BertkitError
 from .outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
@@ -105,13 +106,19 @@ class PreTrainedMixin:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, config=None, require_head: bool = False,
-                        allow_missing_weights: bool = False, **config_overrides):
+                        allow_missing_weights: bool = False, dtype=None, torch_dtype=None, **config_overrides):
         """Load weights (and config.json unless `config` is given); overrides such as num_labels=3
         change the config before the model is built (a new head is then freshly initialised).
+        `dtype` (or its old name `torch_dtype`), as transformers: the parameters' dtype, e.g.
+        torch.bfloat16 for inference in half the memory; "auto" keeps the file's.
 
         An encoder the checkpoint does not fill exactly (fewer or more layers than config.json says)
         is an error, and with `require_head` (prediction) so is a task head it lacks; random weights
         there would give silently meaningless outputs. `allow_missing_weights` permits both."""
+        if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
+            raise BertkitError("give dtype or torch_dtype (its old name), not both")
+        dtype = dtype if dtype is not None else torch_dtype
+        parsed = parse_dtype(dtype)  # refused before anything is read
         directory = Path(directory)
         if not directory.is_dir():
             raise BertkitError("model directory not found", path=str(directory))
@@ -138,7 +145,9 @@ class PreTrainedMixin:
         model = cls(config)
         model.load_checkpoint_state(state, source=source, complete=not allow_missing_weights,
                                     require_head=require_head)
-        return model
+        if dtype == "auto":  # the file's floating-point dtype
+            parsed = next((t.dtype for t in state.values() if t.is_floating_point()), None)
+        return model.to(parsed) if parsed is not None else model
 
     def load_checkpoint_state(self, ckpt: dict[str, torch.Tensor], source: str = "checkpoint",
                               complete: bool = False, require_head: bool = False):

@@ -17,11 +17,12 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .config import BertConfig
 from .errors import BertkitError
 from .hub import PreTrainedMixin
-from .kernels import Dropout, Linear, Padded, layout_for, linear_act, project_qkv
+from .kernels import Dropout, Linear, Padded, layout_for, linear_act, padding_mask, project_qkv
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact (erf) GELU, as the paper
@@ -55,11 +56,13 @@ class ModelOutput(dict):
         return tuple(self.values())
 
 
-def eager_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
+def eager_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout, return_probs: bool = False):
     """softmax(q k^T / sqrt(D)) v per head (Vaswani et al. 2017, §3.2), written out.
 
-    q, k, v: (B, T, H), or (N, H) for a packed layout (padded back here); returns the same shape.
-    Masked keys get the dtype's lowest value before the softmax, as transformers' eager attention.
+    q, k, v: (B, T, H), or (N, H) for a packed layout (padded back here); returns the same shape,
+    and with `return_probs` the (B, A, T, T) attention probabilities too (after dropout, as
+    transformers returns them). Masked keys get the dtype's lowest value before the softmax, as
+    transformers' eager attention.
     """
     packed = q.dim() == 2
     if packed:
@@ -72,7 +75,8 @@ def eager_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) ->
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     probs = dropout(torch.softmax(scores, -1))  # (B, A, T, T)
     ctx = (probs @ v).transpose(1, 2).reshape(B, T, H)  # (B, A, T, D) -> (B, T, H)
-    return layout.unpadded.unpad(ctx) if packed else ctx
+    ctx = layout.unpadded.unpad(ctx) if packed else ctx
+    return (ctx, probs) if return_probs else ctx
 
 
 def sdpa_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
@@ -127,10 +131,13 @@ class BertSelfAttention(nn.Module):
         self.implementation = name
         self.attend = ATTENTION_IMPLEMENTATIONS[name]
 
-    def forward(self, x, layout: Padded):
-        # x: (B, T, H), or (N, H) when the layout packs the real tokens; the same shape comes out.
+    def forward(self, x, layout: Padded, output_attentions: bool = False):
+        # x: (B, T, H), or (N, H) when the layout packs the real tokens; the same shape comes out,
+        # with the (B, A, T, T) attention maps when asked (they exist only in the formula written out).
         q, k, v = project_qkv(x, self.query, self.key, self.value)  # 3 x (..., H)
-        return self.attend(q, k, v, layout, self.num_heads, self.dropout)  # (..., H)
+        if output_attentions:
+            return eager_attention(q, k, v, layout, self.num_heads, self.dropout, return_probs=True)
+        return self.attend(q, k, v, layout, self.num_heads, self.dropout), None  # (..., H)
 
 
 class BertSelfOutput(nn.Module):
@@ -152,8 +159,9 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config, implementation)
         self.output = BertSelfOutput(config, config.hidden_size)
 
-    def forward(self, x, layout: Padded):
-        return self.output(self.self(x, layout), x)
+    def forward(self, x, layout: Padded, output_attentions: bool = False):
+        context, probs = self.self(x, layout, output_attentions)
+        return self.output(context, x), probs
 
 
 class BertIntermediate(nn.Module):
@@ -173,25 +181,35 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertSelfOutput(config, config.intermediate_size)  # 4H -> H, residual, LayerNorm
 
-    def forward(self, x, layout: Padded):
-        x = self.attention(x, layout)
-        return self.output(self.intermediate(x), x)
+    def forward(self, x, layout: Padded, output_attentions: bool = False):
+        x, probs = self.attention(x, layout, output_attentions)
+        return self.output(self.intermediate(x), x), probs
 
 
 class BertEncoder(nn.Module):
     def __init__(self, config: BertConfig, implementation: str = "sdpa"):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(config, implementation) for _ in range(config.num_hidden_layers))
+        # Keep only each layer's input for the backward pass and recompute the rest there
+        # (Chen et al. 2016): activation memory O(L) layers' inputs instead of everything.
+        self.gradient_checkpointing = False
 
-    def forward(self, x, layout: Padded, output_hidden_states=False):
-        """(B, T, H) -> (B, T, H); the layers see the layout's rows ((N, H) when packed)."""
+    def forward(self, x, layout: Padded, output_hidden_states=False, output_attentions=False):
+        """(B, T, H) -> (B, T, H), the hidden states and the attention maps (lists when asked);
+        the layers see the layout's rows ((N, H) when packed)."""
         hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
         x = layout.enter(x)
         for layer in self.layer:
-            x = layer(x, layout)
+            if self.gradient_checkpointing and torch.is_grad_enabled():
+                x, probs = checkpoint(layer, x, layout, output_attentions, use_reentrant=False)
+            else:
+                x, probs = layer(x, layout, output_attentions)
             if output_hidden_states:
                 hidden_states.append(layout.leave(x))
-        return layout.leave(x), hidden_states
+            if output_attentions:
+                attentions.append(probs)
+        return layout.leave(x), hidden_states, attentions
 
 
 class BertPooler(nn.Module):
@@ -257,6 +275,69 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
     def dtype(self) -> torch.dtype:
         return next(p.dtype for p in self.parameters() if p.is_floating_point())
 
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None):
+        """Recompute each layer's activations in the backward pass instead of keeping them
+        (torch.utils.checkpoint, non-reentrant): the same gradients, less memory, ~1/3 more compute.
+        docs/speed.md has the measured saving."""
+        if gradient_checkpointing_kwargs and gradient_checkpointing_kwargs.get("use_reentrant", False):
+            raise BertkitError("only non-reentrant checkpointing is supported (use_reentrant=False)")
+        self._set_gradient_checkpointing(True)
+
+    def gradient_checkpointing_disable(self):
+        self._set_gradient_checkpointing(False)
+
+    def _set_gradient_checkpointing(self, enabled: bool):
+        for module in self.modules():
+            if isinstance(module, BertEncoder):
+                module.gradient_checkpointing = enabled
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return any(m.gradient_checkpointing for m in self.modules() if isinstance(m, BertEncoder))
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return next(m for m in self.modules() if isinstance(m, BertEmbeddings)).word_embeddings
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """Grow (or cut) the vocabulary to `new_num_tokens` rows (rounded up to `pad_to_multiple_of`),
+        e.g. after adding tokens to the tokenizer, as transformers: the tied MLM decoder follows
+        (it is the same matrix) and so does its output bias; config.vocab_size is updated.
+
+        New rows: with `mean_resizing` (transformers' default) drawn around the mean of the old
+        rows, N(mean, 1e-9 * their covariance) (the mean itself if that covariance is not positive
+        definite), so that new tokens start as the average token (Hewitt 2021); otherwise as
+        initialisation does, N(0, initializer_range) truncated. New output-bias entries are 0, as
+        transformers pads a tied decoder's bias."""
+        embeddings = self.get_input_embeddings()
+        old_num_tokens, hidden = embeddings.weight.shape
+        if new_num_tokens is None:
+            new_num_tokens = old_num_tokens
+        if pad_to_multiple_of is not None:
+            if not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
+                raise BertkitError(f"pad_to_multiple_of must be a positive integer, not {pad_to_multiple_of!r}")
+            new_num_tokens = -(-new_num_tokens // pad_to_multiple_of) * pad_to_multiple_of
+        if not isinstance(new_num_tokens, int) or new_num_tokens < 1:
+            raise BertkitError(f"new_num_tokens must be a positive integer, not {new_num_tokens!r}")
+        if embeddings.padding_idx is not None and embeddings.padding_idx >= new_num_tokens:
+            raise BertkitError(f"{new_num_tokens} tokens would drop the padding token (id {embeddings.padding_idx})")
+        added = max(0, new_num_tokens - old_num_tokens)
+        old = embeddings.weight.detach()
+        weight = old.new_empty(new_num_tokens, hidden)  # (V', H)
+        weight[:min(old_num_tokens, new_num_tokens)] = old[:new_num_tokens]
+        if added:
+            weight[old_num_tokens:] = new_embedding_rows(old, added, mean_resizing, self.config.initializer_range)
+        embeddings.weight = nn.Parameter(weight, requires_grad=embeddings.weight.requires_grad)
+        embeddings.num_embeddings = new_num_tokens
+        for module in self.modules():  # the MLM heads' output bias (their decoder is `embeddings`)
+            bias = getattr(module, "bias", None)
+            if getattr(module, "word_embeddings", None) == [embeddings] and isinstance(bias, nn.Parameter):
+                new_bias = bias.detach().new_zeros(new_num_tokens)
+                new_bias[:min(old_num_tokens, new_num_tokens)] = bias.detach()[:new_num_tokens]
+                module.bias = nn.Parameter(new_bias, requires_grad=bias.requires_grad)
+        self.config.vocab_size = new_num_tokens
+        return embeddings
+
     def set_attention_implementation(self, name: str):
         """"sdpa" (default: torch's fused kernels, unpadding) or "eager" (the formula written out)."""
         for module in self.modules():
@@ -278,16 +359,20 @@ class BertModel(BertPreTrainedModel):
             self.init_weights()
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                output_hidden_states=False, return_dict=True, **unused):
+                output_hidden_states=False, return_dict=True, output_attentions=False, **unused):
         _reject_unknown(unused)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
-        layout = layout_for(attention_mask, self.config.is_decoder, input_ids.shape[1])  # decided once per batch
-        x, hidden_states = self.encoder(x, layout, output_hidden_states)
+        T, causal = input_ids.shape[1], self.config.is_decoder
+        # Decided once per batch. Attention maps are made on the padded batch, as transformers'.
+        layout = Padded(padding_mask(attention_mask, causal, T), causal) if output_attentions \
+            else layout_for(attention_mask, causal, T)
+        x, hidden_states, attentions = self.encoder(x, layout, output_hidden_states, output_attentions)
         pooled = self.pool(x, attention_mask) if self.pooler is not None else None
         output = ModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
         )
         return output if return_dict else output.to_tuple()
 
@@ -302,10 +387,23 @@ class BertModel(BertPreTrainedModel):
 
 
 def _reject_unknown(unused: dict):
-    # transformers passes this; it does not change what we compute.
-    unused = {k: v for k, v in unused.items() if k != "output_attentions" or v}
     if unused:
         raise TypeError(f"unexpected arguments: {', '.join(unused)}")
+
+
+def new_embedding_rows(old: torch.Tensor, count: int, mean_resizing: bool, std: float) -> torch.Tensor:
+    """`count` new (count, H) embedding rows for `resize_token_embeddings` (see there)."""
+    if not mean_resizing:
+        return truncated_normal_(old.new_empty(count, old.shape[1]), std)
+    rows = old.float()
+    mean = rows.mean(0)  # (H,)
+    centered = rows - mean
+    covariance = 1e-9 * (centered.T @ centered) / rows.shape[0]  # (H, H)
+    if torch.distributions.constraints.positive_definite.check(covariance).item():
+        sample = torch.distributions.MultivariateNormal(mean, covariance_matrix=covariance).sample((count,))
+    else:
+        sample = mean.expand(count, -1)
+    return sample.to(old.dtype)
 
 
 def param_count(model: nn.Module) -> int:
