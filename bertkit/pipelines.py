@@ -643,6 +643,8 @@ def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int
         raise BertkitError("give dtype or torch_dtype (its old name), not both")
     dtype = parse_dtype(dtype if dtype is not None else torch_dtype)
     if isinstance(model, InferenceEngine):
+        if tokenizer is not None or device is not None:
+            raise BertkitError("a ready InferenceEngine has its tokenizer and device: pass neither")
         engine = model
     elif isinstance(model, (str, Path)):
         engine = InferenceEngine(model, device_name(device), precision, max_batch_tokens, quantize=quantize,
