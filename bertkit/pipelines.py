@@ -642,6 +642,8 @@ def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int
     if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
         raise BertkitError("give dtype or torch_dtype (its old name), not both")
     dtype = parse_dtype(dtype if dtype is not None else torch_dtype)
+    if quantize == "int8" and dtype not in (None, torch.float32):
+        raise BertkitError("int8 quantisation runs with fp32 activations: drop dtype= or quantize=")
     if isinstance(model, InferenceEngine):
         if tokenizer is not None or device is not None:
             raise BertkitError("a ready InferenceEngine has its tokenizer and device: pass neither")

