@@ -20,6 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .config import BertConfig
+from .embedding_resize import resize_token_embeddings
 from .errors import BertkitError
 from .hub import PreTrainedMixin
 from .kernels import Dropout, Linear, Padded, layout_for, linear_act, padding_mask, project_qkv
@@ -277,7 +278,7 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None):
         """Recompute each layer's activations in the backward pass instead of keeping them
-        (torch.utils.checkpoint, non-reentrant): the same gradients, less memory, ~1/3 more compute.
+        (torch.utils.checkpoint, non-reentrant): the same gradients, less memory, one more forward pass.
         docs/speed.md has the measured saving."""
         if gradient_checkpointing_kwargs and gradient_checkpointing_kwargs.get("use_reentrant", False):
             raise BertkitError("only non-reentrant checkpointing is supported (use_reentrant=False)")
@@ -300,43 +301,9 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
                                 mean_resizing: bool = True) -> nn.Embedding:
-        """Grow (or cut) the vocabulary to `new_num_tokens` rows (rounded up to `pad_to_multiple_of`),
-        e.g. after adding tokens to the tokenizer, as transformers: the tied MLM decoder follows
-        (it is the same matrix) and so does its output bias; config.vocab_size is updated.
-
-        New rows: with `mean_resizing` (transformers' default) drawn around the mean of the old
-        rows, N(mean, 1e-9 * their covariance) (the mean itself if that covariance is not positive
-        definite), so that new tokens start as the average token (Hewitt 2021); otherwise as
-        initialisation does, N(0, initializer_range) truncated. New output-bias entries are 0, as
-        transformers pads a tied decoder's bias."""
-        embeddings = self.get_input_embeddings()
-        old_num_tokens, hidden = embeddings.weight.shape
-        if new_num_tokens is None:
-            new_num_tokens = old_num_tokens
-        if pad_to_multiple_of is not None:
-            if not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
-                raise BertkitError(f"pad_to_multiple_of must be a positive integer, not {pad_to_multiple_of!r}")
-            new_num_tokens = -(-new_num_tokens // pad_to_multiple_of) * pad_to_multiple_of
-        if not isinstance(new_num_tokens, int) or new_num_tokens < 1:
-            raise BertkitError(f"new_num_tokens must be a positive integer, not {new_num_tokens!r}")
-        if embeddings.padding_idx is not None and embeddings.padding_idx >= new_num_tokens:
-            raise BertkitError(f"{new_num_tokens} tokens would drop the padding token (id {embeddings.padding_idx})")
-        added = max(0, new_num_tokens - old_num_tokens)
-        old = embeddings.weight.detach()
-        weight = old.new_empty(new_num_tokens, hidden)  # (V', H)
-        weight[:min(old_num_tokens, new_num_tokens)] = old[:new_num_tokens]
-        if added:
-            weight[old_num_tokens:] = new_embedding_rows(old, added, mean_resizing, self.config.initializer_range)
-        embeddings.weight = nn.Parameter(weight, requires_grad=embeddings.weight.requires_grad)
-        embeddings.num_embeddings = new_num_tokens
-        for module in self.modules():  # the MLM heads' output bias (their decoder is `embeddings`)
-            bias = getattr(module, "bias", None)
-            if getattr(module, "word_embeddings", None) == [embeddings] and isinstance(bias, nn.Parameter):
-                new_bias = bias.detach().new_zeros(new_num_tokens)
-                new_bias[:min(old_num_tokens, new_num_tokens)] = bias.detach()[:new_num_tokens]
-                module.bias = nn.Parameter(new_bias, requires_grad=bias.requires_grad)
-        self.config.vocab_size = new_num_tokens
-        return embeddings
+        """Grow (or cut) the vocabulary, as transformers: the tied MLM decoder and its bias follow
+        (embedding_resize.py says how new rows start)."""
+        return resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def set_attention_implementation(self, name: str):
         """"sdpa" (default: torch's fused kernels, unpadding) or "eager" (the formula written out)."""
@@ -389,21 +356,6 @@ class BertModel(BertPreTrainedModel):
 def _reject_unknown(unused: dict):
     if unused:
         raise TypeError(f"unexpected arguments: {', '.join(unused)}")
-
-
-def new_embedding_rows(old: torch.Tensor, count: int, mean_resizing: bool, std: float) -> torch.Tensor:
-    """`count` new (count, H) embedding rows for `resize_token_embeddings` (see there)."""
-    if not mean_resizing:
-        return truncated_normal_(old.new_empty(count, old.shape[1]), std)
-    rows = old.float()
-    mean = rows.mean(0)  # (H,)
-    centered = rows - mean
-    covariance = 1e-9 * (centered.T @ centered) / rows.shape[0]  # (H, H)
-    if torch.distributions.constraints.positive_definite.check(covariance).item():
-        sample = torch.distributions.MultivariateNormal(mean, covariance_matrix=covariance).sample((count,))
-    else:
-        sample = mean.expand(count, -1)
-    return sample.to(old.dtype)
 
 
 def param_count(model: nn.Module) -> int:
