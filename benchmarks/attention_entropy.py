@@ -7,8 +7,8 @@ heads that stay near uniform mean the model is still a bag of words.
 
     python benchmarks/attention_entropy.py RUN_DIR --text heldout.txt [--sequences 8]
 
-transformers computes the attention maps (bertkit's fast paths do not materialise them); the
-model is read from the run's Hugging Face layout folder.
+bertkit computes the attention maps (`output_attentions=True`: the formula written out, equal to
+transformers' eager maps); the model is read from the run's Hugging Face layout folder.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import torch
 
 
 def attention_report(model_dir: str, lines: list[str], max_length: int = 128) -> list[dict]:
-    from transformers import BertModel, BertTokenizerFast
+    from bertkit import BertModel, BertTokenizer
 
-    model = BertModel.from_pretrained(model_dir, attn_implementation="eager").eval()
-    tokenizer = BertTokenizerFast(vocab_file=f"{model_dir}/vocab.txt", do_lower_case=True)
+    model = BertModel.from_pretrained(model_dir).eval()
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
     batch = tokenizer(lines, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         out = model(**batch, output_attentions=True)
