@@ -1,8 +1,9 @@
 """The default answer of every task, in one place: `bertkit predict`, `bertkit.pipeline` and `serve`
 all read these, so the same model and input give the same answer whichever door they come through.
 
-The anchor, for every task: what `transformers.pipeline(task)` does when called without options
-(transformers 4.x-5.x), because that is the answer a BERT user already knows. Where Google's original
+The anchor, for every task: what `transformers.pipeline(task)` does when called without options,
+because that is the answer a BERT user already knows (transformers 5; for question answering,
+whose pipeline transformers 5 dropped, transformers 4's QuestionAnsweringPipeline). Where Google's original
 scripts chose differently, it is said beside the value; the fine-tuning and evaluation commands
 (`bertkit finetune squad`, `bertkit squad predict`) keep the original's values, as the paper's
 numbers were measured with them.
@@ -21,8 +22,10 @@ TOKEN_CLASSIFICATION = {"aggregation_strategy": "none", "ignore_labels": ("O",)}
 
 # Question answering. transformers: longest answer 15 tokens (Google's run_squad.py: 30, kept by
 # `bertkit squad`), windows of 384 tokens (both), questions cut to 64 tokens (both), the best
-# span only, no empty answer unless asked. `doc_stride` is the step between windows (run_squad's
-# meaning; in transformers it is the overlap), 128 in both.
+# span only, no empty answer unless asked, spans widened to whole words. `doc_stride` is the step
+# between windows, 128 (run_squad's meaning, and `bertkit squad`'s; transformers' tokenizer takes
+# it as the overlap of consecutive windows), and a span is kept only in the window where it has
+# the most context (run_squad's rule; transformers keeps it in every window).
 QUESTION_ANSWERING = {"top_k": 1, "max_answer_len": 15, "max_seq_len": 384, "doc_stride": 128,
                       "max_question_len": 64, "handle_impossible_answer": False}
 
