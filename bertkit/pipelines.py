@@ -262,13 +262,18 @@ def qa_answers(windows: list[dict], outputs: list[dict], context: str, top_k: in
         scores = torch.triu(start_c[:, None] * end_c[None, :]).tril(max_answer_len - 1)  # (L, L)
         flat = scores.flatten()
         offsets = row["word_offsets"] if align_to_words else row["offsets"]
-        for position in torch.argsort(flat, descending=True)[:top_k].tolist():
+        spans = set()  # the window's best top_k distinct answers (word pieces of one word widen alike)
+        for position in torch.argsort(flat, descending=True, stable=True).tolist():
             s, e = divmod(position, length)
-            if not row["max_context"][s] and len(windows) > 1:
+            if len(spans) == top_k:
+                break
+            if not s <= e < s + max_answer_len or (not row["max_context"][s] and len(windows) > 1):
                 continue
             char_start, char_end = offsets[first + s][0], offsets[first + e][1]
-            candidates.append({"score": float(flat[position]), "start": char_start, "end": char_end,
-                               "answer": context[char_start:char_end]})
+            if (char_start, char_end) not in spans:
+                spans.add((char_start, char_end))
+                candidates.append({"score": float(flat[position]), "start": char_start, "end": char_end,
+                                   "answer": context[char_start:char_end]})
     if handle_impossible_answer:
         candidates.append({"score": null_score, "start": 0, "end": 0, "answer": ""})
     candidates.sort(key=lambda c: -c["score"])
