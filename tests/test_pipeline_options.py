@@ -193,3 +193,5 @@ def test_answers_are_widened_to_whole_words_as_transformers(save, tmp_path):
     assert bare["answer"] == tokens[piece][2:] and len(whole["answer"]) > len(bare["answer"])
     assert whole["answer"] in context.split() or whole["answer"] + "." in context.split()
     assert whole["score"] == bare["score"]
+    top = qa_answers([window], outputs, context, top_k=4)  # pieces widening to one word count once
+    assert len(top) == 4 and len({(a["start"], a["end"]) for a in top}) == 4 and top[0] == whole
