@@ -19,6 +19,7 @@ TEXT_CLASSIFICATION = {"top_k": 1, "function_to_apply": None}
 # Token classification: one entity per token ("none"), as transformers' pipeline; "simple" groups
 # B-/I- runs, "first" / "average" / "max" vote per word.
 TOKEN_CLASSIFICATION = {"aggregation_strategy": "none", "ignore_labels": ("O",)}
+AGGREGATION_STRATEGIES = ("none", "simple", "first", "average", "max")
 
 # Question answering. transformers: longest answer 15 tokens (Google's run_squad.py: 30, kept by
 # `bertkit squad`), windows of 384 tokens (both), questions cut to 64 tokens (both), the best
@@ -43,5 +44,5 @@ DEFAULTS = {
     "zero-shot-classification": ZERO_SHOT_CLASSIFICATION,
 }
 
-__all__ = ["DEFAULTS", "TEXT_CLASSIFICATION", "TOKEN_CLASSIFICATION", "QUESTION_ANSWERING", "FILL_MASK",
-           "ZERO_SHOT_CLASSIFICATION"]
+__all__ = ["DEFAULTS", "AGGREGATION_STRATEGIES", "TEXT_CLASSIFICATION", "TOKEN_CLASSIFICATION",
+           "QUESTION_ANSWERING", "FILL_MASK", "ZERO_SHOT_CLASSIFICATION"]

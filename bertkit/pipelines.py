@@ -43,8 +43,8 @@ from typing import Sequence
 
 import torch
 
-from .answer_defaults import (FILL_MASK, QUESTION_ANSWERING, TEXT_CLASSIFICATION, TOKEN_CLASSIFICATION,
-                              ZERO_SHOT_CLASSIFICATION)
+from .answer_defaults import (AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TEXT_CLASSIFICATION,
+                              TOKEN_CLASSIFICATION, ZERO_SHOT_CLASSIFICATION)
 from .device import parse_dtype
 from .errors import BertkitError
 from .inference import InferenceEngine
@@ -85,8 +85,6 @@ def label_scores(logits: torch.Tensor, id2label: dict[int, str], function: str, 
 
 
 # ---------------------------------------------------------------- token classification
-
-AGGREGATION_STRATEGIES = ("none", "simple", "first", "average", "max")
 
 
 def _tag(entity: str) -> tuple[str, str]:

@@ -32,13 +32,12 @@ from typing import IO, Callable, Iterator
 import torch
 from tqdm import tqdm
 
+from .answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from .errors import BertkitError
 from .outputs import atomic_write
 from .inference import InferenceEngine
 from .kernels.int8 import QUANTIZE_CHOICES
-from .answer_defaults import FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
-from .pipelines import (AGGREGATION_STRATEGIES, fill_mask_results, label_scores, mask_row, qa_answers, qa_windows,
-                        score_function, token_entities)
+from .pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
 
 log = logging.getLogger("bertkit")
 

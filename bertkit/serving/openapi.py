@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import json
 
+from ..answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+
 STRING = {"type": "string"}
 BOOL_FALSE = {"type": "boolean", "default": False}
 IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "description": "token ids, taken as they are"}
@@ -73,19 +75,20 @@ ROUTE_SCHEMAS: dict[str, tuple[str, dict, dict]] = {
                                                        "total_tokens": {"type": "integer"}}}}}),
     "/token-classification": ("Entities, transformers' token-classification pipeline.", _body(
         {"inputs": TEXTS_INPUT, "truncate": TRUNCATE,
-         "aggregation_strategy": {"type": "string", "enum": ["simple", "none"], "default": "simple"}}, ["inputs"]),
+         "aggregation_strategy": {"type": "string", "enum": list(AGGREGATION_STRATEGIES),
+                                  "default": TOKEN_CLASSIFICATION["aggregation_strategy"]}}, ["inputs"]),
         {"type": "array"}),
     "/question-answering": ("Extractive answers, transformers' question-answering pipeline.", _body(
         {"inputs": {"oneOf": [_body({"question": STRING, "context": STRING}, ["question", "context"]),
                               {"type": "array", "items": _body({"question": STRING, "context": STRING},
                                                                ["question", "context"])}]},
-         "top_k": {"type": "integer", "minimum": 1, "default": 1},
-         "max_answer_len": {"type": "integer", "minimum": 1, "default": 15},
+         "top_k": {"type": "integer", "minimum": 1, "default": QUESTION_ANSWERING["top_k"]},
+         "max_answer_len": {"type": "integer", "minimum": 1, "default": QUESTION_ANSWERING["max_answer_len"]},
          "handle_impossible_answer": BOOL_FALSE, "truncate": {"type": "boolean", "default": True}}, ["inputs"]),
         {"type": "object", "properties": {"score": {"type": "number"}, "start": {"type": "integer"},
                                           "end": {"type": "integer"}, "answer": STRING}}),
     "/fill-mask": ("Best tokens for each [MASK], transformers' fill-mask pipeline.", _body(
-        {"inputs": TEXTS_INPUT, "top_k": {"type": "integer", "minimum": 1, "default": 5}}, ["inputs"]),
+        {"inputs": TEXTS_INPUT, "top_k": {"type": "integer", "minimum": 1, "default": FILL_MASK["top_k"]}}, ["inputs"]),
         {"type": "array"}),
 }
 

@@ -19,10 +19,10 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from .. import __version__
+from ..answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from ..errors import BertkitError
 from ..inference import InferenceEngine
-from ..pipelines import (fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function,
-                         token_entities)
+from ..pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
 from .access_log import AccessLog, AccessLogMiddleware, current_stats
 from .batcher import Batcher
 from .embeddings import base64_floats, finish_embedding, read_sentence_transformer_config, similarities
@@ -34,7 +34,7 @@ from .requests import (MAX_BODY_BYTES, RequestError, bounded_int, is_token_ids, 
 log = logging.getLogger("bertkit")
 
 EMBEDDING_TASKS = ("feature-extraction", "sentence-embeddings")
-QA_MAX_ANSWER_LEN = 15  # transformers' question-answering default
+QA_MAX_ANSWER_LEN = QUESTION_ANSWERING["max_answer_len"]  # the defaults every door shares
 
 
 class Server:
@@ -311,9 +311,9 @@ class Server:
     async def token_classification(self, document: dict):
         self.require("token-classification")
         texts, single = self.texts(document)
-        strategy = option(document, "aggregation_strategy", str, "simple")
-        if strategy not in ("none", "simple"):
-            raise RequestError(422, "aggregation_strategy must be 'none' or 'simple'")
+        strategy = option(document, "aggregation_strategy", str, TOKEN_CLASSIFICATION["aggregation_strategy"])
+        if strategy not in AGGREGATION_STRATEGIES:
+            raise RequestError(422, f"aggregation_strategy must be one of {', '.join(AGGREGATION_STRATEGIES)}")
         rows = self.encode(texts, self.truncate(document), return_offsets=True)
         outputs = await self.run(rows)
         results = [token_entities(t, out["logits"], row, self.engine.tokenizer, self.engine.id2label, strategy)
@@ -335,9 +335,10 @@ class Server:
                 raise RequestError(422, f"input {number} must have string fields 'question' and 'context'")
             if not item["question"].strip() or not item["context"].strip():
                 raise RequestError(422, f"input {number} has an empty question or context", "empty")
-        top_k = bounded_int(document, "top_k", 1, 1)
+        top_k = bounded_int(document, "top_k", QUESTION_ANSWERING["top_k"], 1)
         max_answer_len = bounded_int(document, "max_answer_len", QA_MAX_ANSWER_LEN, 1)
-        handle_impossible = option(document, "handle_impossible_answer", bool, False)
+        handle_impossible = option(document, "handle_impossible_answer", bool,
+                                   QUESTION_ANSWERING["handle_impossible_answer"])
         truncate = option(document, "truncate", bool, True)
         try:
             windows = [qa_windows(self.engine, item["question"], item["context"], truncate=truncate) for item in items]
@@ -363,7 +364,8 @@ class Server:
     async def fill_mask(self, document: dict):
         self.require("fill-mask")
         texts, single = self.texts(document)
-        top_k = bounded_int(document, "top_k", 5, 1, self.engine.tokenizer.vocab_size, " (the vocabulary size)")
+        top_k = bounded_int(document, "top_k", FILL_MASK["top_k"], 1, self.engine.tokenizer.vocab_size,
+                            " (the vocabulary size)")
         try:
             rows = [mask_row(self.engine.tokenizer, t, self.engine.max_length) for t in texts]
         except BertkitError as e:
