@@ -45,7 +45,9 @@ from .pretraining.create import create_pretraining_data
 from .pretraining.recipe import recipe_for_budget
 from .pretraining.run import pretrain
 from .reproduce_report import write_report
-from .tasks.common import BenchmarkSettings, TaskResult, resolve_data_dir
+from .tasks.benchmarks import BenchmarkSettings
+from .tasks.examples import resolve_data_dir
+from .tasks.results import TaskResult
 from .tasks.registry import BENCHMARKS, benchmark
 from .tokenizer import BertTokenizer, train_tokenizer
 from .train.plan import parse_duration

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..errors import BertkitError, reading
 from ..outputs import atomic_open
-from .common import resolve_data_dir
+from .examples import resolve_data_dir
 
 log = logging.getLogger("bertkit")
 

@@ -31,10 +31,11 @@ from ..metrics.conll import evaluate_conll
 from ..metrics.glue import accuracy, pearson, spearman
 from ..outputs import write_json
 from . import squad
-from .common import (FINETUNE_DROPOUT, TaskResult, add_sweep_arguments, check_finetune_output, config_text,
-                     dropout_overrides, grid, predict_precision,
-                     publish_best_metrics, results_document, run_protocol, subsample, sweep_options, train_one,
-                     write_predictions)
+from .arguments import FINETUNE_DROPOUT, add_sweep_arguments, check_finetune_output, dropout_overrides, sweep_options
+from .examples import subsample
+from .results import TaskResult, publish_best_metrics, results_document, write_predictions
+from .runs import config_text, grid
+from .sweep import predict_precision, run_protocol, train_one
 from .conll_data import ner_features
 from .glue import GlueTask, classification_predictions, glue_features
 from .multiple_choice import choices, finetune_multiple_choice, multiple_choice_features

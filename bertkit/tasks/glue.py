@@ -34,10 +34,13 @@ from ..heads import BertForSequenceClassification
 from ..hub import model_tokenizer
 from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score
 from ..outputs import atomic_write_text, write_json
-from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult,
-                     add_data_dir_argument, add_sweep_arguments, check_finetune_output, config_text,
-                     dropout_overrides, grid, predict_precision, publish_best_metrics, resolve_data_dir,
-                     results_document, run_protocol, subsample, sweep_options, write_predictions)
+from .arguments import (FINETUNE_DROPOUT, add_data_dir_argument, add_sweep_arguments, check_finetune_output,
+                        dropout_overrides, sweep_options)
+from .benchmarks import Benchmark, BenchmarkSettings
+from .examples import BadRows, Examples, resolve_data_dir, subsample
+from .results import TaskResult, publish_best_metrics, results_document, write_predictions
+from .runs import config_text, grid
+from .sweep import predict_precision, run_protocol
 
 log = logging.getLogger("bertkit")
 

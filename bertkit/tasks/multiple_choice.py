@@ -32,10 +32,12 @@ from ..heads import BertForMultipleChoice
 from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
 from ..outputs import write_json
-from .common import (FINETUNE_DROPOUT, BadRows, Benchmark, BenchmarkSettings, Examples, TaskResult,
-                     add_sweep_arguments, check_finetune_output, config_text, dropout_overrides, grid,
-                     predict_precision, publish_best_metrics, results_document, run_protocol, subsample,
-                     sweep_options, write_predictions)
+from .arguments import FINETUNE_DROPOUT, add_sweep_arguments, check_finetune_output, dropout_overrides, sweep_options
+from .benchmarks import Benchmark, BenchmarkSettings
+from .examples import BadRows, Examples, subsample
+from .results import TaskResult, publish_best_metrics, results_document, write_predictions
+from .runs import config_text, grid
+from .sweep import predict_precision, run_protocol
 
 log = logging.getLogger("bertkit")
 

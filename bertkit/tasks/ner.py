@@ -37,10 +37,14 @@ from ..hub import load_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from ..outputs import write_json
 from ..train import Phase, TrainArgs, fit
-from .common import (MIN_SEQ_LENGTH, Benchmark, BenchmarkSettings, RunResult, TaskResult, add_data_dir_argument,
-                     FINETUNE_DROPOUT, add_dropout_argument, add_max_examples_arguments, add_overwrite_argument,
-                     add_resume_argument, check_finetune_output, dropout_overrides, grid, parse_list,
-                     publish_best_metrics, run_name, run_sweep, subsample, summarize)
+from .arguments import (FINETUNE_DROPOUT, MIN_SEQ_LENGTH, add_data_dir_argument, add_dropout_argument,
+                        add_max_examples_arguments, add_overwrite_argument, add_resume_argument,
+                        check_finetune_output, dropout_overrides, parse_list)
+from .benchmarks import Benchmark, BenchmarkSettings
+from .examples import subsample
+from .results import TaskResult, publish_best_metrics, summarize
+from .runs import RunResult, grid, run_name
+from .sweep import run_sweep
 from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
                          read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
 from .ner_features import train_feature_based_ner

@@ -28,7 +28,8 @@ from ..metrics.conll import evaluate_conll
 from ..model import BertModel, ModelOutput
 from ..outputs import write_json
 from ..train import Phase, TrainArgs, fit
-from .common import TaskResult, subsample
+from .examples import subsample
+from .results import TaskResult
 from .conll_data import (TAG_SCHEMES, find_conll_files, label_list, ner_features, read_conll, to_iob2, to_scheme,
                          write_predictions)
 

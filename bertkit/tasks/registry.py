@@ -15,7 +15,7 @@ from types import ModuleType
 
 from ..errors import BertkitError
 from . import custom, glue, multiple_choice, ner, squad
-from .common import Benchmark
+from .benchmarks import Benchmark
 
 
 @dataclasses.dataclass(frozen=True)

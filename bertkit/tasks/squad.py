@@ -69,9 +69,12 @@ from ..hub import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
 from ..outputs import check_output_dir, write_json
 from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
-from .common import (MIN_SEQ_LENGTH, PERCENT, Benchmark, BenchmarkSettings, TaskResult, add_max_examples_arguments,
-                     FINETUNE_DROPOUT, add_dropout_argument, add_overwrite_argument, check_finetune_output, deprecated,
-                     dropout_overrides, subsample)
+from .arguments import (FINETUNE_DROPOUT, MIN_SEQ_LENGTH, add_dropout_argument, add_max_examples_arguments,
+                        add_overwrite_argument, check_finetune_output, deprecated, dropout_overrides)
+from .benchmarks import Benchmark, BenchmarkSettings
+from .examples import subsample
+from .results import PERCENT, TaskResult
+from .sweep_state import restorable
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, squad_json, squad_windows)
 
@@ -88,6 +91,7 @@ MAX_SEQ_LENGTH = 384  # the paper's (and run_squad.py's) window length
 # --------------------------------------------------------------------------- post-processing
 
 
+@restorable  # a sweep's best run keeps them (sweep_state.py)
 @dataclasses.dataclass
 class SquadPredictions:
     predictions: dict[str, str]  # qid -> answer text ("" = no answer, v2.0)

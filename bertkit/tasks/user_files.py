@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import BertkitError
-from .common import BadRows, Examples
+from .examples import BadRows, Examples
 from .glue import GlueExample
 from .multiple_choice import MultipleChoiceExample, read_utf8
 from .conll_data import DOCSTART, ConllData, Sentence, detect_scheme

@@ -3,6 +3,7 @@ all-MiniLM-L6-v2 run on SST-2 that beats the majority class, the CLI's grid on a
 `--task all` with every submission file and the paper-style table."""
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -18,6 +19,7 @@ from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.batching import predict_batches as predict
 from bertkit.tasks.common import results_document, run_protocol, subsample
+from bertkit.tasks.sweep_state import restorable
 from bertkit.tasks.glue import (finetune_glue, finetune_glue_tasks, glue_features, glue_table, glue_task, load_glue_split,
                                 task_folder)
 
@@ -70,9 +72,10 @@ def test_subsample_is_deterministic_and_keeps_file_order():
         subsample(items, 0)
 
 
-class _Trained:  # a stub model: what its "training" saw (module level, so that the sweep can pickle it)
-    def __init__(self):
-        self.config = None
+@restorable  # a stub model: what its "training" saw (a dataclass the sweep may save, as plain data)
+@dataclasses.dataclass
+class _Trained:
+    config: dict | None = None
 
 
 _DEV_ACCURACY = {(5e-5, 1): 0.80, (5e-5, 2): 0.84, (3e-5, 1): 0.86, (3e-5, 2): 0.78}
@@ -122,7 +125,7 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_runs(tmp_path):
     trained = []
     with pytest.raises(KeyboardInterrupt):  # after 3 runs, the best (3e-5, seed 1) among them
         _stub_sweep(tmp_path / "runs", trained, stop_after=3)
-    assert (tmp_path / "runs" / "best" / "artifacts.pt").is_file() and len(list((tmp_path / "runs").glob("*/result.json"))) == 3
+    assert (tmp_path / "runs" / "best" / "artifacts.json").is_file() and len(list((tmp_path / "runs").glob("*/result.json"))) == 3
     again = []
     best, runs = _stub_sweep(tmp_path / "runs", again, resume=True)
     assert again == [(3e-5, 2)]  # only the run that had not finished

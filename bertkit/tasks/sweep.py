@@ -1,0 +1,131 @@
+"""The paper's fine-tuning protocol (§4, appendix A.3): one run per configuration of the grid
+(learning rate x epochs x batch size) and seed, the best dev score wins, every run reported.
+`run_sweep` is the loop (with resume, sweep_state.py); `run_protocol` runs it for a task that
+builds a model, trains it with `train_one` (the shared training loop) and scores it on dev."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..batching import FeatureSource
+from ..device import resolve_precision
+from ..errors import BertkitError
+from ..train.loop import Phase, TrainArgs, fit, set_seed
+from .runs import RunResult, config_text, run_name
+from .sweep_state import SweepState
+
+log = logging.getLogger("bertkit")
+
+
+def predict_precision(model, precision: str) -> str:
+    return resolve_precision(precision, next(model.parameters()).device)
+
+
+def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
+              on_run: Callable[[RunResult], None] | None = None, state_dir: str | Path | None = None,
+              resume: bool = False, keep: Callable[[object], dict] | None = None, identity: dict | None = None):
+    """Run every configuration; the best dev score wins (the paper's selection). Returns (best, runs).
+    Only the best run keeps its artifacts, so a large grid does not hold every model in memory.
+
+    With `state_dir` the sweep can be resumed: each finished run is recorded in
+    state_dir/<run_name>/result.json (with `keep(artifacts)`, the part of its artifacts the caller
+    reads of every run) and the best run's artifacts so far in state_dir/best/. `resume` then skips
+    the finished runs (each run sets its own seed, so the others are the same as in one go) and takes
+    the best run's artifacts back; without it the records of an earlier sweep are cleared first. A
+    finished sweep drops its copy of the best artifacts (the caller saves the model): resumed once
+    more, it runs its best run again.
+    `identity` (e.g. the data and settings) must match the recorded one to resume."""
+    state = None if state_dir is None else SweepState(Path(state_dir), identity)
+    done = {} if state is None else (state.restore() if resume else state.clear())
+    best, runs = None, []
+    for config in configs:
+        restored = done.get(run_name(config))
+        result = restored or run_one(config)
+        if state is not None and restored is None:
+            state.record(result, None if keep is None else keep(result.artifacts))
+        runs.append(result)
+        if on_run is not None:
+            on_run(result)
+        if best is None or result.score > best.score:
+            if best is not None:
+                best.artifacts = None
+            best = result
+            if state is not None and restored is None:
+                state.save_best(result)  # after the record: restore() tells a best run saved from one that was not
+        else:
+            result.artifacts = None
+    if state is not None:
+        state.finish()
+    return best, runs
+
+
+def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
+              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
+              output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
+              eval_steps: int = 0, grad_accum: int = 1):
+    """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
+    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
+    The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
+    With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
+    `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`."""
+    batch_size = int(config["batch_size"])
+    if grad_accum < 1 or batch_size % grad_accum:
+        raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {grad_accum}")
+    source = FeatureSource(features, batch_size // grad_accum, seed=int(config["seed"]), pad_token_id=pad_token_id)
+    args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),
+                     learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio, grad_accum=grad_accum,
+                     weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
+                     logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
+                     save_final_model=False)
+    return fit(model, Phase(source, epochs=config["epochs"]), args, evaluate=evaluate)
+
+
+def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module], train_features: list[dict],
+                 evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
+                 warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
+                 train: Callable | None = None, runs_dir: str | Path | None = None, logging_steps: int = 50,
+                 eval_steps: int = 0, resume: bool = False, identity: dict | None = None):
+    """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
+
+    `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
+    differ in head initialisation as well as in shuffling); `evaluate(model) -> (metrics, outputs)`;
+    the best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
+    runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics), and
+    `resume` continues an interrupted sweep there (`run_sweep`): its runs must have had the same
+    `identity` (the caller's data and settings) and training settings."""
+    if not configs:
+        raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
+    train = train or train_one
+
+    def run_one(config: dict) -> RunResult:
+        start = time.perf_counter()
+        set_seed(int(config["seed"]))
+        model = build_model()
+        evaluated = []
+
+        def evaluate_in_loop(model) -> dict:  # the loop's last evaluation is the run's dev result
+            evaluated[:] = [evaluate(model)]
+            return {k: v for k, v in evaluated[0][0].items() if isinstance(v, (int, float))}
+
+        logged = {} if runs_dir is None else dict(output_dir=Path(runs_dir) / run_name(config),
+                                                  evaluate=evaluate_in_loop, logging_steps=logging_steps,
+                                                  eval_steps=eval_steps)
+        train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
+              weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
+        metrics, outputs = evaluated[0] if evaluated else evaluate(model)
+        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)),
+                         seconds=time.perf_counter() - start, artifacts=(model, outputs))
+
+    def report(result: RunResult) -> None:
+        shown = " ".join(f"{k} {100 * v:.2f}" for k, v in result.metrics.items() if isinstance(v, float))
+        log.info(f"{label}: {config_text(result.config)}: dev score {100 * result.score:.2f} ({shown}) "
+                 f"in {result.seconds:.1f} s")
+
+    identity = {"task": label, "train_features": len(train_features), "warmup_ratio": warmup_ratio,
+                "weight_decay": weight_decay, **(identity or {})}
+    return run_sweep(configs, run_one, on_run=report, state_dir=runs_dir, resume=resume, identity=identity)
