@@ -68,8 +68,12 @@ def select_layers(hidden_states: Sequence[torch.Tensor], layers: Sequence[int], 
 # ---------------------------------------------------------------- extraction
 
 def parse_text(line: str):
-    """'A ||| B' -> ('A', 'B'); anything else -> (line, None). The last separator splits, as the
-    original's greedy regex does."""
+    """'A<TAB>B' (the pair separator of every bertkit text input, as `bertkit predict`'s) or the
+    original extract_features.py's 'A ||| B' -> ('A', 'B'); anything else -> (line, None). The last
+    separator splits, as the original's greedy regex does."""
+    if "\t" in line:
+        a, _, b = line.rpartition("\t")
+        return a, b
     if PAIR_SEPARATOR in line:
         a, _, b = line.rpartition(PAIR_SEPARATOR)
         return a, b
@@ -209,7 +213,8 @@ def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers
 
 
 def read_feature_inputs(path: str | Path) -> list:
-    """One text per line ('A ||| B' for a pair); every line is an input, so linex_index = line - 1."""
+    """One text per line ('A<TAB>B', or the original's 'A ||| B', for a pair); every line is an input,
+    so linex_index = line - 1."""
     path = str(path)
     try:
         with open(path, encoding="utf-8") as handle:
@@ -239,7 +244,8 @@ def _parse_layers(text: str) -> list[int]:
 def add_arguments(parser) -> None:
     # argparse would read "-1,-2" as an unknown option; let this parser's values start with "-<digit>".
     parser._negative_number_matcher = re.compile(r"^-\d+(,-?\d+)*$|^-\d*\.\d+$")
-    parser.add_argument("--input", required=True, help="one text per line; 'A ||| B' for a sentence pair")
+    parser.add_argument("--input", required=True, help="one text per line; a tab between the two texts of a pair, as "
+                                                       "`bertkit predict` reads them ('A ||| B', the original's, also read)")
     parser.add_argument("--model", required=True, help="model directory (Hugging Face layout); the encoder is frozen")
     parser.add_argument("--output", required=True, help="output file")
     parser.add_argument("--layers", default="-1,-2,-3,-4",
@@ -251,7 +257,9 @@ def add_arguments(parser) -> None:
                         help="default from the output suffix (.npy, .safetensors), else jsonl")
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="array formats only")
     parser.add_argument("--max-seq-length", type=flags.int_between(3), default=128)
-    parser.add_argument("--batch-size", type=flags.positive_int, default=32)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=32,
+                        help="sequences per forward pass (default 32; --batch-size: the old spelling, deprecated)")
+    flags.add_deprecated_alias(parser, "--batch-size", "--eval-batch-size", type=flags.positive_int)
     parser.add_argument("--device", default="auto", type=flags.device)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="fp32")
     parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
@@ -280,7 +288,7 @@ def run_from_args(args) -> int:
     model = BertModel.from_pretrained(args.model, allow_missing_weights=args.allow_missing_weights)
     tokenizer = load_tokenizer(args.model, args.cased)
     summary = write_features(model, tokenizer, texts, args.output, _parse_layers(args.layers), args.pool, fmt,
-                             args.dtype, args.batch_size, args.max_seq_length, args.device, args.precision,
+                             args.dtype, args.eval_batch_size, args.max_seq_length, args.device, args.precision,
                              progress=sys.stderr.isatty())
     print(json.dumps(summary))
     return 0

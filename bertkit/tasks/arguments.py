@@ -7,6 +7,7 @@ from __future__ import annotations
 from .. import flags
 from ..errors import BertkitError
 from ..outputs import check_output_dir
+from .task import Defaults
 
 
 def parse_list(text, cast=float) -> list:
@@ -87,25 +88,50 @@ def dropout_overrides(dropout: float | None) -> dict:
     return {} if dropout is None else {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
 
 
-def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: str, max_seq_length: int = 128) -> None:
-    """The flags every task with the sweep protocol shares; comma lists make a grid."""
+def _values(values) -> str:
+    return ",".join(f"{v:g}" for v in values)
+
+
+def add_sweep_arguments(parser, defaults: Defaults, own_data: bool = False) -> None:
+    """The flags every task run by tasks/runner.py shares; comma lists make a grid.
+
+    A reproduction command (`own_data` False) runs the paper's protocol by default (`defaults`).
+    A command on the user's own files makes one run at the stated learning rate, with the paper's
+    grid one flag away (`--grid paper`); it also takes --dev-fraction when there is no dev file, and
+    trains and saves one run without selection when there is no dev data at all."""
     parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
     parser.add_argument("--output", required=True, help="output directory")
     add_overwrite_argument(parser)
     add_resume_argument(parser)
-    parser.add_argument("--learning-rate", default=learning_rates, type=flags.comma_list(flags.positive_float),
-                        help=f"comma list of peak learning rates; each is one run, best on dev wins (default {learning_rates})")
-    parser.add_argument("--epochs", default=epochs, type=flags.comma_list(flags.positive_number),
-                        help=f"comma list of epoch counts (default {epochs})")
-    parser.add_argument("--batch-size", default=batch_sizes, type=flags.comma_list(flags.positive_int),
-                        help=f"comma list of batch sizes (default {batch_sizes})")
+    paper = (f"{_values(defaults.learning_rates)} x epochs {_values(defaults.epochs)} x batch "
+             f"{_values(defaults.batch_sizes)}, {defaults.anchor}")
+    if own_data:
+        parser.add_argument("--grid", choices=("paper",), default=None,
+                            help=f"paper: the paper's sweep for this task (learning rates {paper}), best on dev "
+                                 "wins; default: one run")
+        lr_help = (f"comma list of peak learning rates, each one run, best on dev wins (default "
+                   f"{defaults.single_learning_rate:g}, one run; with --grid paper {_values(defaults.learning_rates)})")
+        epochs_default = batch_default = None
+    else:
+        lr_help = f"comma list of peak learning rates; each is one run, best on dev wins (default {paper})"
+        epochs_default, batch_default = _values(defaults.epochs), _values(defaults.batch_sizes)
+    parser.add_argument("--learning-rate", default=None if own_data else _values(defaults.learning_rates),
+                        type=flags.comma_list(flags.positive_float), help=lr_help)
+    parser.add_argument("--epochs", default=epochs_default, type=flags.comma_list(flags.positive_number),
+                        help=f"comma list of epoch counts (default {defaults.epochs[0]:g})")
+    parser.add_argument("--batch-size", default=batch_default, type=flags.comma_list(flags.positive_int),
+                        help=f"comma list of (effective) batch sizes (default {defaults.batch_sizes[0]})")
+    parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
+                        help="micro-batches per optimizer step: each --batch-size must be a multiple of it "
+                             "(the same training in less memory)")
     parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed),
                         help="comma list of seeds: restarts (shuffling and head init); default 42")
-    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=max_seq_length,
-                        help=f"word pieces per sequence (default {max_seq_length})")
+    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=defaults.max_seq_length,
+                        help=f"word pieces per sequence (default {defaults.max_seq_length})")
     parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
                         help="train on a deterministic random subset of N examples (quick runs)")
-    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=128)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=defaults.eval_batch_size,
+                        help=f"batch size of dev and test prediction (default {defaults.eval_batch_size})")
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1, help="linear warm-up fraction (default 0.1)")
     parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
     add_dropout_argument(parser)
@@ -117,12 +143,38 @@ def add_sweep_arguments(parser, learning_rates: str, batch_sizes: str, epochs: s
                         help="training loss to runs/<run>/metrics.jsonl every N steps (default 50, as ner and squad)")
     parser.add_argument("--eval-steps", type=flags.non_negative_int, default=0,
                         help="dev metrics to metrics.jsonl every N steps as well as at the end (default 0: at the end)")
+    parser.add_argument("--early-stopping-patience", type=flags.positive_int, default=None,
+                        help="stop a run after N dev evaluations (every --eval-steps, else every epoch) without a "
+                             "better score, keeping its best weights (default: train to the end)")
 
 
-def sweep_options(args) -> dict:
-    return dict(learning_rates=parse_list(args.learning_rate, float), epochs=parse_list(args.epochs, number),
-                batch_sizes=parse_list(args.batch_size, int), seeds=parse_list(args.seed, int),
-                max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
-                precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
-                eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-                dropout=args.dropout, logging_steps=args.logging_steps, eval_steps=args.eval_steps, resume=args.resume)
+def add_dev_fraction_arguments(parser) -> None:
+    parser.add_argument("--dev-fraction", type=flags.open_fraction, default=None,
+                        help="hold out this fraction of the training file as dev when there is no dev file (e.g. 0.2)")
+    parser.add_argument("--split-seed", type=flags.seed, default=0, help="seed of the --dev-fraction split (default 0)")
+
+
+def sweep_options(args, defaults: Defaults | None = None) -> dict:
+    """RunSettings options from the flags of add_sweep_arguments (and add_dev_fraction_arguments);
+    `defaults` fills what an own-data command left unset: the paper's grid with --grid paper, else
+    one run."""
+    paper = getattr(args, "grid", None) == "paper"
+
+    def given(value, grid, single, cast):
+        if value is not None:
+            return parse_list(value, cast)
+        return list(grid) if paper else [single]
+
+    options = dict(
+        learning_rates=given(args.learning_rate, defaults and defaults.learning_rates,
+                             defaults and defaults.single_learning_rate, float),
+        epochs=given(args.epochs, defaults and defaults.epochs, defaults and defaults.epochs[0], number),
+        batch_sizes=given(args.batch_size, defaults and defaults.batch_sizes, defaults and defaults.batch_sizes[0], int),
+        seeds=parse_list(args.seed, int), max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
+        precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
+        eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+        dropout=args.dropout, logging_steps=args.logging_steps, eval_steps=args.eval_steps, resume=args.resume,
+        grad_accum=args.grad_accum, early_stopping_patience=args.early_stopping_patience)
+    if hasattr(args, "dev_fraction"):
+        options.update(dev_fraction=args.dev_fraction, split_seed=args.split_seed)
+    return options

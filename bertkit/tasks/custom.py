@@ -10,37 +10,44 @@ null threshold and official scorer inside the same sweep protocol. Labels are th
 config.json's id2label / label2id hold them, so `bertkit predict` and `bertkit.pipeline` answer
 with the user's label names.
 
-Each task is a class with the task surface (tasks/common.py) and one line in tasks/registry.py;
-their BENCHMARKS are empty, so `bertkit reproduce` does not run them. Every finetune returns a
+Text classification, multiple choice and question answering are task objects (tasks/task.py) that
+the runner (tasks/runner.py) runs; token classification runs ner.py's sweep. As a Trainer user
+expects, each makes one run at a stated learning rate unless `--grid paper` (the paper's protocol
+for the task) or comma lists ask for a grid; dev is a dev file or `--dev-fraction` of the training
+file, and without either the one run is trained and saved without selection.
+
+Each command is a class with the command-line surface and one line in tasks/registry.py; their
+BENCHMARKS are empty, so `bertkit reproduce` does not run them. Every finetune returns a
 TaskResult and writes the best model to OUTPUT/model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from pathlib import Path
 from typing import Sequence
 
 from .. import flags
-from ..batching import predict_batches
 from ..errors import BertkitError
 from ..heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
-from ..hub import model_tokenizer
 from ..metrics.conll import evaluate_conll
 from ..metrics.glue import accuracy, pearson, spearman
 from ..outputs import write_json
-from . import squad
-from .arguments import FINETUNE_DROPOUT, add_sweep_arguments, check_finetune_output, dropout_overrides, sweep_options
-from .examples import subsample
-from .results import TaskResult, publish_best_metrics, results_document, write_predictions
-from .runs import config_text, grid
-from .sweep import predict_precision, run_protocol, train_one
+from . import runner, squad
+from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, sweep_options
 from .conll_data import ner_features
 from .glue import GlueTask, classification_predictions, glue_features
+from .multiple_choice import PAPER_DEFAULTS as PAPER_MC_DEFAULTS
 from .multiple_choice import choices, finetune_multiple_choice, multiple_choice_features
 from .ner import finetune_ner, predict_ner
+from .results import TaskResult
+from .runner import RunSettings, split_dev
+from .runs import config_text
 from .squad_windows import WindowInputs
+from .sweep import predict_precision
+from .task import Defaults, Splits, Task
 from .user_files import (check_labels, check_tags, is_regression, read_choice_file, read_tagged_file,
                          read_text_file, sorted_labels)
 
@@ -63,127 +70,125 @@ def classification_metrics(predictions: Sequence, gold: Sequence, regression: bo
             "macro_f1": float(f1_score(gold, predictions, average="macro", zero_division=0))}
 
 
-def finetune_text_classification(model_dir, train_file, dev_file, output_dir=None, test_file=None, *,
+# The paper's GLUE protocol (§4.1) is `--grid paper`; one run at transformers' run_glue learning rate otherwise.
+TEXT_DEFAULTS = Defaults(learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), learning_rate=2e-5, epochs=(3,), batch_sizes=(32,),
+                         max_seq_length=128, eval_batch_size=128, anchor="the paper's GLUE protocol (§4.1)")
+
+
+class TextClassificationTask(Task):
+    """Sentence (pair) classification or regression on the user's CSV / TSV / JSON lines files."""
+
+    name = "text-classification"
+    HEAD = BertForSequenceClassification
+    defaults = TEXT_DEFAULTS
+
+    def __init__(self, train_file, dev_file=None, test_file=None, *, text_column: str = "text",
+                 text_pair_column: str | None = None, label_column: str = "label", id_column: str | None = None,
+                 regression: bool | None = None, file_format: str | None = None):
+        self.files = {"train": train_file, "dev": dev_file, "test": test_file}
+        self.columns = {"text": text_column, "text_pair": text_pair_column, "label": label_column, "id": id_column}
+        self.regression, self.file_format = regression, file_format
+        self.label = Path(train_file).stem
+        self.labels, self.spec = None, None  # known once the training file is read
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        c = self.columns
+        read = functools.partial(read_text_file, text_column=c["text"], label_column=c["label"],
+                                 text_pair_column=c["text_pair"], id_column=c["id"], skip_bad_rows=skip_bad_rows,
+                                 fmt=self.file_format)
+        train = read(self.files["train"])  # every row with a label (checked while reading)
+        self.regression = is_regression(train, self.regression)
+        labels = None if self.regression else sorted_labels(e.label for e in train)
+        if labels is not None and len(labels) < 2:
+            raise BertkitError(f"every training label is {labels[0]!r}: a classifier needs at least two",
+                               path=train.path)
+        self.labels = labels
+        train = check_labels(train, labels, skip_bad_rows)
+        dev = None if self.files["dev"] is None else check_labels(read(self.files["dev"]), labels, skip_bad_rows)
+        test = None if self.files["test"] is None else check_labels(
+            read(self.files["test"], labels_optional=True), labels, skip_bad_rows)
+        if dev is not None and len(dev) < (2 if self.regression else 1):
+            raise BertkitError(f"the dev file has {len(dev)} usable examples: too few to score", path=dev.path)
+        self.spec = GlueTask(name=self.label, folder=self.label, text_a=c["text"], text_b=c["text_pair"],
+                             label=c["label"], labels=None if labels is None else tuple(labels))
+        self.metric = "score" if self.regression else "accuracy"
+        self.selection = "best dev " + ("mean of Pearson and Spearman" if self.regression else "accuracy")
+        return Splits(train, dev, test, details={
+            "train_file": str(self.files["train"]), "dev_file": _str(self.files["dev"]),
+            "test_file": _str(self.files["test"]), "columns": dict(self.columns),
+            "problem_type": "regression" if self.regression else "single_label_classification", "labels": labels})
+
+    def encode(self, examples, tokenizer, max_seq_length: int) -> list[dict]:
+        return glue_features(examples, tokenizer, self.spec, max_seq_length)
+
+    def head_config(self) -> dict:
+        if self.regression:
+            return dict(num_labels=1, id2label={0: self.columns["label"]}, problem_type="regression")
+        return dict(id2label=dict(enumerate(self.labels)), problem_type="single_label_classification")
+
+    def predict(self, model, examples, features, runtime) -> list:
+        return classification_predictions(self.spec, self.logits(model, features, runtime))
+
+    def score(self, predictions, examples, split: str) -> dict:
+        gold = [e.label if self.regression else self.labels.index(e.label) for e in examples]
+        return classification_metrics(predictions, gold, self.regression)
+
+    def describe(self, splits: Splits, train_features) -> str:
+        kind = "regression" if self.regression else f"{len(self.labels)} labels ({', '.join(self.labels[:10])}" + \
+            (", ...)" if len(self.labels) > 10 else ")")
+        return f"{super().describe(splits, train_features)}, {kind}"
+
+    def identity(self, splits: Splits) -> dict:
+        return {"dev_examples": 0 if splits.dev is None else len(splits.dev)}
+
+    def prediction_text(self, prediction) -> str:
+        return f"{prediction:.6g}" if self.regression else self.labels[prediction]
+
+
+def _str(path) -> str | None:
+    return None if path is None else str(path)
+
+
+def finetune_text_classification(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                                  text_column: str = "text", text_pair_column: str | None = None,
                                  label_column: str = "label", id_column: str | None = None,
                                  regression: bool | None = None, file_format: str | None = None,
-                                 learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(3,), batch_sizes=(32,),
-                                 seeds=(42,), max_seq_length: int = 128, max_train_examples: int | None = None,
-                                 precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
-                                 eval_batch_size: int = 128, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                                 dropout: float | None = FINETUNE_DROPOUT, logging_steps: int = 50,
-                                 eval_steps: int = 0, resume: bool = False) -> TaskResult:
-    """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files with GLUE's
-    protocol; the TaskResult's document is results.json.
+                                 **options) -> TaskResult:
+    """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files; the
+    TaskResult's document is results.json. `options` are the runner's RunSettings (default: the
+    paper's GLUE grid, as `--grid paper`).
 
     Labels: any strings, sorted (numerically when all are whole numbers) into config.json's
     id2label; regression (one output, MSE loss) when `regression` is True, or when None and every
     training label is a number with some fraction among them. With output_dir: results.json,
     dev_predictions.tsv (and test_predictions.tsv), model/ and metrics.jsonl (the best run's; every
     run's in runs/<run>/)."""
-    read = functools.partial(read_text_file, text_column=text_column, label_column=label_column,
-                             text_pair_column=text_pair_column, id_column=id_column, skip_bad_rows=skip_bad_rows,
-                             fmt=file_format)
-    train, dev = read(train_file), read(dev_file)  # every row with a label (checked while reading)
-    is_regression_task = is_regression(train, regression)
-    labels = None if is_regression_task else sorted_labels(e.label for e in train)
-    if labels is not None and len(labels) < 2:
-        raise BertkitError(f"every training label is {labels[0]!r}: a classifier needs at least two",
-                           path=train.path)
-    train, dev = check_labels(train, labels, skip_bad_rows), check_labels(dev, labels, skip_bad_rows)
-    test = check_labels(read(test_file, labels_optional=True), labels, skip_bad_rows) if test_file else None
-    if len(dev) < (2 if is_regression_task else 1):
-        raise BertkitError(f"the dev file has {len(dev)} usable examples: too few to score", path=dev.path)
-
-    name = Path(train_file).stem
-    spec = GlueTask(name=name, folder=name, text_a=text_column, text_b=text_pair_column, label=label_column,
-                    labels=None if labels is None else tuple(labels))
-    tokenizer = model_tokenizer(model_dir)
-    train_features = glue_features(subsample(train, max_train_examples), tokenizer, spec, max_seq_length)
-    dev_features = glue_features(dev, tokenizer, spec, max_seq_length)
-    gold = [e.label if is_regression_task else labels.index(e.label) for e in dev]
-    if is_regression_task:
-        head = dict(num_labels=1, id2label={0: label_column}, problem_type="regression")
-    else:
-        head = dict(id2label=dict(enumerate(labels)), problem_type="single_label_classification")
-    head.update(dropout_overrides(dropout))
-
-    def build_model():
-        return BertForSequenceClassification.from_pretrained(model_dir, **head)
-
-    def outputs_of(model, features) -> list:
-        logits = predict_batches(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                         precision=predict_precision(model, precision))["logits"]
-        return classification_predictions(spec, logits)
-
-    def evaluate(model):
-        predictions = outputs_of(model, dev_features)
-        return classification_metrics(predictions, gold, is_regression_task), {"dev": predictions}
-
-    selection = "score" if is_regression_task else "accuracy"
-    configs = grid(learning_rates, epochs, batch_sizes, seeds)
-    kind = "regression" if is_regression_task else f"{len(labels)} labels ({', '.join(labels[:10])}" + \
-        (", ...)" if len(labels) > 10 else ")")
-    log.info(f"{name}: {len(train_features)} train / {len(dev_features)} dev examples, {kind}, "
-             f"{len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
-    splits = {"train": train, "dev": dev, **({"test": test} if test is not None else {})}
-    for split, examples in splits.items():
-        if examples.skipped:
-            log.warning(f"{name}: skipped {len(examples.skipped)} bad {split} row(s), first: {examples.skipped[0]}")
-    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
-    best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m[selection],
-                              precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
-                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
-                              identity={"model": str(model_dir), "max_seq_length": max_seq_length, "dropout": dropout,
-                                        "dev_examples": len(dev_features)})
-    results = results_document("text-classification", best, runs, {
-        "train_file": str(train_file), "dev_file": str(dev_file), "test_file": None if test is None else str(test_file),
-        "columns": {"text": text_column, "text_pair": text_pair_column, "label": label_column, "id": id_column},
-        "problem_type": "regression" if is_regression_task else "single_label_classification",
-        "labels": labels, "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
-        "max_seq_length": max_seq_length, "skipped_rows": {s: len(e.skipped) for s, e in splits.items()},
-        "selection": "best dev " + ("mean of Pearson and Spearman" if is_regression_task else "accuracy")})
-    result = TaskResult(task="text-classification", metric=selection, metrics=best.metrics,
-                        run_metrics=[r.metrics for r in runs], document=results)
-
-    if output_dir is not None:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        model, outputs = best.artifacts
-
-        def shown(p):
-            return f"{p:.6g}" if is_regression_task else labels[p]
-
-        write_predictions(out / "dev_predictions.tsv", [e.index for e in dev], [shown(p) for p in outputs["dev"]])
-        if test is not None:
-            features = [{k: v for k, v in f.items() if k != "labels"}
-                        for f in glue_features(test, tokenizer, spec, max_seq_length)]
-            predictions = outputs_of(model, features) if features else []
-            write_predictions(out / "test_predictions.tsv", [e.index for e in test], [shown(p) for p in predictions])
-            if test and all(e.label is not None for e in test):
-                test_gold = [e.label if is_regression_task else labels.index(e.label) for e in test]
-                results["test_metrics"] = classification_metrics(predictions, test_gold, is_regression_task)
-        model.save_pretrained(out / "model", tokenizer=tokenizer)
-        publish_best_metrics(runs_dir, best, out)
-        write_json(out / "results.json", results)
-        result.output_dir, result.model_dir = str(out), str(out / "model")
-        log.info(f"{name}: best run {config_text(best.config)} (dev {selection} {best.score:.4f}); wrote {out}")
-    return result
+    task = TextClassificationTask(train_file, dev_file, test_file, text_column=text_column,
+                                  text_pair_column=text_pair_column, label_column=label_column, id_column=id_column,
+                                  regression=regression, file_format=file_format)
+    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(TEXT_DEFAULTS, **options))
 
 
 # ---------------------------------------------------------------- token classification
 
 
-def finetune_token_classification(model_dir, train_file, dev_file, output_dir=None, test_file=None, *,
+# The paper's fine-tuning grid (appendix A.3) is `--grid paper`; one run at ner's learning rate otherwise.
+TOKEN_DEFAULTS = Defaults(learning_rates=(5e-5, 3e-5, 2e-5), learning_rate=5e-5, epochs=(2, 3, 4), batch_sizes=(16, 32),
+                          max_seq_length=128, eval_batch_size=64, anchor="the paper's fine-tuning grid (appendix A.3)")
+
+
+def finetune_token_classification(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                                   tag_column: int | None = None, tokens_field: str = "tokens",
                                   tags_field: str = "tags", skip_bad_rows: bool = False,
-                                  max_train_examples: int | None = None, **options) -> TaskResult:
+                                  max_train_examples: int | None = None, dev_fraction: float | None = None,
+                                  split_seed: int = 0, **options) -> TaskResult:
     """Fine-tune BertForTokenClassification on the user's CoNLL-style or JSON lines files, any tag
     set, with ner.py's windows and sweep (`options` are finetune_ner's: learning_rates, epochs,
     batch_sizes, seeds, max_seq_length, doc_context, cased, ...). Tags are trained as written (IOB1,
     IOB2, IOBES, or a tag set without chunks); the best run is the one with the best dev chunk F1
     (conlleval, which reads all three chunk schemes), or token accuracy for a tag set without chunks.
+    Without a dev file, `dev_fraction` of the training sentences (seeded by split_seed) is dev; with
+    neither, one run is trained and saved without selection.
     Writes (with output_dir) what finetune_ner writes: model/, results.json, dev/test predictions,
     metrics.jsonl."""
     read = functools.partial(read_tagged_file, tag_column=tag_column, skip_bad_rows=skip_bad_rows,
@@ -193,6 +198,14 @@ def finetune_token_classification(model_dir, train_file, dev_file, output_dir=No
     if len(known) < 2:
         raise BertkitError(f"every training tag is {next(iter(known))!r}: a tagger needs at least two", path=train.path)
     data = {"train": train}
+    if dev_file is not None and dev_fraction:
+        raise BertkitError("--dev-fraction holds out part of the training data when there is no dev file; "
+                           "this run has one")
+    if dev_fraction:  # whole sentences out of the training file, as split_dev does for examples
+        for split, part, bad_rows in zip(("train", "valid"), split_dev(train.sentences, dev_fraction, split_seed),
+                                         (train.bad_rows, 0)):
+            data[split] = dataclasses.replace(train, sentences=list(part), bad_rows=bad_rows)
+            data[split].num_documents = len(data[split].documents())
     for split, path in (("valid", dev_file), ("test", test_file)):
         if path is not None:
             checked = check_tags(*read(path), known, skip_bad_rows)
@@ -214,7 +227,10 @@ def finetune_token_classification(model_dir, train_file, dev_file, output_dir=No
 # ---------------------------------------------------------------- multiple choice
 
 
-def finetune_choices(model_dir, train_file, dev_file, output_dir=None, test_file=None, *,
+MC_DEFAULTS = PAPER_MC_DEFAULTS  # the paper's SWAG settings (§4.4): one run, lr 2e-5, batch 16, 3 epochs
+
+
+def finetune_choices(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                      question_column: str = "question", choice_columns: Sequence[str] = ("choices",),
                      label_column: str = "label", context_column: str | None = None, id_column: str | None = None,
                      file_format: str | None = None, **options) -> TaskResult:
@@ -224,7 +240,7 @@ def finetune_choices(model_dir, train_file, dev_file, output_dir=None, test_file
                                label_column=label_column, context_column=context_column, id_column=id_column,
                                fmt=file_format)
     return finetune_multiple_choice(model_dir, train_file, dev_file, output_dir, test_file=test_file, reader=reader,
-                                    task_name="multiple-choice", **options)
+                                    task_name="multiple-choice", requires_dev=False, **options)
 
 
 def _read_choices(path, skip_bad_rows=False, **columns):
@@ -234,86 +250,101 @@ def _read_choices(path, skip_bad_rows=False, **columns):
 # ---------------------------------------------------------------- extractive question answering
 
 
-def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None, *, version: str | None = None,
-                                learning_rates=(5e-5,), epochs=(3,), batch_sizes=(32,), seeds=(42,),
-                                grad_accum: int = 1, max_seq_length: int = squad.MAX_SEQ_LENGTH, doc_stride: int = 128,
-                                max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
-                                null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
-                                max_train_examples: int | None = None, max_eval_examples: int | None = None,
-                                subset_seed: int = 0, precision: str = "auto", device: str = "auto",
-                                skip_bad_rows: bool = False, eval_batch_size: int = 64, warmup_ratio: float = 0.1,
-                                weight_decay: float = 0.01, logging_steps: int = 50, eval_steps: int = 0,
-                                resume: bool = False, dropout: float | None = FINETUNE_DROPOUT) -> TaskResult:
+# The paper's SQuAD settings (§4.2): lr 5e-5, batch 32, 3 epochs, windows of 384 (one run).
+QA_DEFAULTS = Defaults(learning_rates=(5e-5,), epochs=(3,), batch_sizes=(32,), max_seq_length=squad.MAX_SEQ_LENGTH,
+                       eval_batch_size=64, anchor="the paper's SQuAD settings (§4.2)")
+
+
+class QuestionAnsweringTask(Task):
+    """Extractive question answering on the user's SQuAD v1.1 / v2.0 JSON files: squad.py's windows,
+    n-best search, null threshold and official scorer."""
+
+    name = "question-answering"
+    HEAD = squad.HEAD
+    defaults = QA_DEFAULTS
+    metric = "f1"
+
+    def __init__(self, train_file, dev_file=None, *, version: str | None = None, doc_stride: int = 128,
+                 max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
+                 null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True):
+        self.train_file, self.dev_file, self.version = train_file, dev_file, version
+        self.label = Path(train_file).stem
+        self.answering = dict(doc_stride=doc_stride, max_query_length=max_query_length, n_best_size=n_best_size,
+                              max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold)
+        self.search_null_threshold = search_null_threshold
+        self.is_v2, self.windows = False, None  # known once read / encoded
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        train_data, dev_data = squad.read_train_dev(self.train_file, self.dev_file, self.version, skip_bad_rows)
+        if dev_data is not None and not dev_data.has_answers:
+            raise BertkitError("the dev file has no answers: the best run is chosen on dev F1", path=str(self.dev_file))
+        self.is_v2 = train_data.version == "2.0"
+        self.selection = "best dev F1" + (" at the null threshold searched on dev" if self.is_v2 and
+                                          self.search_null_threshold else
+                                          " at --null-score-diff-threshold" if self.is_v2 else "")
+        return Splits(train_data.examples, None if dev_data is None else dev_data.examples, details={
+            "version": train_data.version, "train_file": str(self.train_file),
+            "dev_file": None if self.dev_file is None else str(self.dev_file),
+            "bad_rows_skipped": train_data.bad_rows_skipped + (0 if dev_data is None else dev_data.bad_rows_skipped)})
+
+    def encode(self, examples, tokenizer, max_seq_length: int):
+        self.windows = squad.training_windows(examples, tokenizer, max_seq_length, self.answering["doc_stride"],
+                                              self.answering["max_query_length"], self.train_file)
+        return WindowInputs(self.windows.windows, with_labels=True)
+
+    def eval_features(self, examples, tokenizer, max_seq_length: int):
+        return None  # predict_squad windows the questions itself
+
+    def evaluate(self, model, examples, features, runtime, split: str):
+        predicted = squad.predict_squad(model, runtime.tokenizer, examples, self.is_v2,
+                                        batch_size=runtime.eval_batch_size,
+                                        precision=predict_precision(model, runtime.precision),
+                                        max_seq_length=runtime.max_seq_length, **self.answering)
+        official, applied = squad.score_predictions(examples, predicted, self.search_null_threshold)
+        return squad.headline_metrics(official), {"official": official, "predictions": applied}
+
+    def describe(self, splits: Splits, train_features) -> str:
+        dev = "no" if splits.dev is None else len(splits.dev)
+        return (f"SQuAD {'2.0' if self.is_v2 else '1.1'}, {len(splits.train)} train questions "
+                f"({len(self.windows)} windows) / {dev} dev questions")
+
+    def details(self, splits: Splits, train_features) -> dict:
+        return {**splits.details, "num_train_windows": len(self.windows),
+                "train_skipped_unrecoverable": len(self.windows.skipped_unrecoverable), **self.answering}
+
+    def identity(self, splits: Splits) -> dict:
+        return {"doc_stride": self.answering["doc_stride"], "dev_questions": 0 if splits.dev is None else len(splits.dev)}
+
+    def best_details(self, outputs: dict) -> dict:
+        """The best run's official metrics, in the official scripts' percent."""
+        return {"official_metrics": outputs["dev"]["official"]} if outputs else {}
+
+    def write_outputs(self, out: Path, model, outputs: dict, splits: Splits, runtime) -> dict:
+        if outputs:
+            outputs["dev"]["predictions"].write(out)
+        return {}
+
+
+def finetune_question_answering(model_dir, train_file, dev_file=None, output_dir=None, *, version: str | None = None,
+                                doc_stride: int = 128, max_query_length: int = 64, n_best_size: int = 20,
+                                max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
+                                search_null_threshold: bool = True, **options) -> TaskResult:
     """Fine-tune BertForQuestionAnswering on the user's SQuAD-format JSON (v1.1, or v2.0 with
     is_impossible) over the grid lr x epochs x batch size x seeds; the best run on dev F1 wins.
 
     Every run predicts the dev file as `bertkit finetune squad` does (windows, n-best, and for v2.0
     the null threshold searched on the dev answers unless search_null_threshold is False) and is
     scored by the official evaluator: its metrics are the official exact match and F1 (v2.0 also
-    HasAns / NoAns and best_*) as fractions, at the applied threshold. `batch_sizes` are effective
-    batches of grad_accum micro-batches. With output_dir: results.json (every run, the best,
-    mean / sd / median per setting, the best run's official metrics), the best run's
-    predictions.json, nbest_predictions.json (and null_odds.json), model/ and metrics.jsonl (every
-    run's in runs/<run>/)."""
-    uneven = [b for b in batch_sizes if b % grad_accum]
-    if uneven:
-        raise BertkitError(f"--batch-size {uneven[0]} is not a multiple of --grad-accum {grad_accum}")
-    configs = grid(learning_rates, epochs, batch_sizes, seeds)
-    if dev_file is None:
-        raise BertkitError("question answering needs a dev file with answers: the best run is chosen on dev F1")
-    train_data, dev_data = squad.read_train_dev(train_file, dev_file, version, skip_bad_rows)
-    if not dev_data.has_answers:
-        raise BertkitError("the dev file has no answers: the best run is chosen on dev F1", path=str(dev_file))
-    is_v2 = train_data.version == "2.0"
-    tokenizer = model_tokenizer(model_dir)
-    train_examples = subsample(train_data.examples, max_train_examples, subset_seed)
-    dev_examples = subsample(dev_data.examples, max_eval_examples, subset_seed)
-    windows = squad.training_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length,
-                                     train_file)
-    answering = dict(max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=max_query_length,
-                     n_best_size=n_best_size, max_answer_length=max_answer_length,
-                     null_score_diff_threshold=null_score_diff_threshold)
-
-    def evaluate(model):
-        predicted = squad.predict_squad(model, tokenizer, dev_examples, is_v2, batch_size=eval_batch_size,
-                                        precision=predict_precision(model, precision), **answering)
-        official, applied = squad.score_predictions(dev_examples, predicted, search_null_threshold)
-        return squad.headline_metrics(official), {"official": official, "predictions": applied}
-
-    name = Path(train_file).stem
-    log.info(f"{name}: SQuAD {train_data.version}, {len(train_examples)} train questions ({len(windows)} windows) / "
-             f"{len(dev_examples)} dev questions, {len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
-    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
-    best, runs = run_protocol(configs, lambda: squad.HEAD.from_pretrained(model_dir, **dropout_overrides(dropout)),
-                              WindowInputs(windows.windows, with_labels=True), evaluate, score=lambda m: m["f1"],
-                              precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
-                              train=functools.partial(train_one, grad_accum=grad_accum), runs_dir=runs_dir,
-                              logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
-                              identity={"model": str(model_dir), "max_seq_length": max_seq_length,
-                                        "doc_stride": doc_stride, "dev_questions": len(dev_examples),
-                                        "grad_accum": grad_accum, "dropout": dropout})
-    model, outputs = best.artifacts
-    selection = "best dev F1" + (" at the null threshold searched on dev" if is_v2 and search_null_threshold
-                                 else " at --null-score-diff-threshold" if is_v2 else "")
-    results = results_document("question-answering", best, runs, {
-        "version": train_data.version, "model": str(model_dir), "train_file": str(train_file),
-        "dev_file": str(dev_file), "num_train_examples": len(train_examples), "num_train_windows": len(windows),
-        "train_skipped_unrecoverable": len(windows.skipped_unrecoverable), "num_dev_examples": len(dev_examples),
-        "bad_rows_skipped": train_data.bad_rows_skipped + dev_data.bad_rows_skipped,
-        "grad_accum": grad_accum, **answering, "selection": selection,
-        "official_metrics": outputs["official"]})  # the best run's, in the official scripts' percent
-    result = TaskResult(task="question-answering", metric="f1", metrics=best.metrics,
-                        run_metrics=[r.metrics for r in runs], document=results)
-    if output_dir is not None:
-        out = Path(output_dir)
-        outputs["predictions"].write(out)
-        model.save_pretrained(out / "model", tokenizer=tokenizer)
-        publish_best_metrics(runs_dir, best, out)
-        write_json(out / "results.json", results)
-        result.output_dir, result.model_dir = str(out), str(out / "model")
-        log.info(f"{name}: best run {config_text(best.config)} (dev F1 {100 * best.score:.2f}); wrote {out}")
-    return result
+    HasAns / NoAns and best_*) as fractions, at the applied threshold. `options` are the runner's
+    RunSettings (default: the paper's SQuAD settings); batch sizes are effective batches of
+    grad_accum micro-batches. With output_dir: results.json (every run, the best, mean / sd /
+    median per setting, the best run's official metrics), the best run's predictions.json,
+    nbest_predictions.json (and null_odds.json), model/ and metrics.jsonl (every run's in runs/<run>/)."""
+    task = QuestionAnsweringTask(train_file, dev_file, version=version, doc_stride=doc_stride,
+                                 max_query_length=max_query_length, n_best_size=n_best_size,
+                                 max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold,
+                                 search_null_threshold=search_null_threshold)
+    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(QA_DEFAULTS, **options))
 
 
 # ---------------------------------------------------------------- command line
@@ -321,8 +352,11 @@ def finetune_question_answering(model_dir, train_file, dev_file, output_dir=None
 
 def _add_file_arguments(parser, what: str) -> None:
     parser.add_argument("--train-file", required=True, help=f"training data: {what}")
-    parser.add_argument("--dev-file", required=True, help="dev data, same layout: selects the best run")
+    parser.add_argument("--dev-file", default=None,
+                        help="dev data, same layout: selects the best run (without it: --dev-fraction, or one run "
+                             "trained and saved without selection)")
     parser.add_argument("--test-file", default=None, help="data to predict after training (labels optional)")
+    add_dev_fraction_arguments(parser)
 
 
 def _add_table_arguments(parser) -> None:
@@ -331,10 +365,10 @@ def _add_table_arguments(parser) -> None:
     parser.add_argument("--id-column", default=None, help="column copied to the prediction files (default: line number)")
 
 
-def _finetune_options(args) -> dict:
-    options = sweep_options(args)
-    options.pop("max_train_examples")
-    return options
+def _epilog(defaults) -> str:
+    return (f"One run by default (learning rate {defaults.single_learning_rate:g}, batch {defaults.batch_sizes[0]}, "
+            f"{defaults.epochs[0]:g} epochs); --grid paper runs {defaults.anchor}; comma lists make any grid, "
+            "best on dev wins.")
 
 
 class TextClassification:
@@ -360,8 +394,8 @@ class TextClassification:
         kind.add_argument("--classification", dest="regression", action="store_false",
                           help="labels are classes even when they are numbers like 0.5")
         _add_table_arguments(parser)
-        add_sweep_arguments(parser, learning_rates="5e-5,4e-5,3e-5,2e-5", batch_sizes="32", epochs="3")
-        parser.epilog = "Defaults follow the paper's GLUE protocol: batch 32, 3 epochs, lr chosen on dev among four."
+        add_sweep_arguments(parser, TEXT_DEFAULTS, own_data=True)
+        parser.epilog = _epilog(TEXT_DEFAULTS)
 
     @staticmethod
     def run_finetune(args) -> int:
@@ -369,8 +403,7 @@ class TextClassification:
         finetune_text_classification(
             args.model, args.train_file, args.dev_file, args.output, args.test_file, text_column=args.text_column,
             text_pair_column=args.text_pair_column, label_column=args.label_column, id_column=args.id_column,
-            regression=args.regression, file_format=args.file_format, max_train_examples=args.max_train_examples,
-            **_finetune_options(args))
+            regression=args.regression, file_format=args.file_format, **sweep_options(args, TEXT_DEFAULTS))
         return 0
 
 
@@ -399,23 +432,26 @@ class TokenClassification:
         case.add_argument("--cased", dest="cased", action="store_true", default=None,
                           help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
         case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
-        add_sweep_arguments(parser, learning_rates="5e-5", batch_sizes="32", epochs="3")
+        add_sweep_arguments(parser, TOKEN_DEFAULTS, own_data=True)
+        parser.epilog = _epilog(TOKEN_DEFAULTS)
 
     @staticmethod
     def run_finetune(args) -> int:
         check_finetune_output(args)
         if args.eval_steps:
-            raise BertkitError("--eval-steps: token classification scores dev after each run only")
-        options = _finetune_options(args)
+            raise BertkitError("--eval-steps: token classification scores dev after each run (or, with "
+                               "--early-stopping-patience, after each epoch)")
+        options = sweep_options(args, TOKEN_DEFAULTS)
         for unused in ("skip_bad_rows", "eval_steps"):
             options.pop(unused)
         result = finetune_token_classification(
             args.model, args.train_file, args.dev_file, args.output, args.test_file, tag_column=args.tag_column,
             tokens_field=args.tokens_field, tags_field=args.tags_field, skip_bad_rows=args.skip_bad_rows,
-            max_train_examples=args.max_train_examples, doc_context=args.doc_context, cased=args.cased, **options)
+            doc_context=args.doc_context, cased=args.cased, **options)
         best = result.document["best"]
-        log.info(f"{Path(args.train_file).stem}: best run {config_text(best['config'])}: dev F1 "
-                 f"{best['dev']['f1']:.4f}, accuracy {best['dev']['accuracy']:.4f}; wrote {args.output}")
+        scores = "" if best["dev"] is None else \
+            f": dev F1 {best['dev']['f1']:.4f}, accuracy {best['dev']['accuracy']:.4f}"
+        log.info(f"{Path(args.train_file).stem}: best run {config_text(best['config'])}{scores}; wrote {args.output}")
         return 0
 
 
@@ -442,7 +478,8 @@ class MultipleChoice:
         parser.add_argument("--label-column", default="label",
                             help="column holding the answer: a choice column's name, a 0-based number or the text")
         _add_table_arguments(parser)
-        add_sweep_arguments(parser, learning_rates="2e-5", batch_sizes="16", epochs="3")
+        add_sweep_arguments(parser, MC_DEFAULTS, own_data=True)
+        parser.epilog = _epilog(MC_DEFAULTS)
 
     @staticmethod
     def run_finetune(args) -> int:
@@ -450,7 +487,7 @@ class MultipleChoice:
         finetune_choices(args.model, args.train_file, args.dev_file, args.output, args.test_file,
                          question_column=args.question_column, choice_columns=args.choice_columns,
                          label_column=args.label_column, context_column=args.context_column,
-                         id_column=args.id_column, file_format=args.file_format, **sweep_options(args))
+                         id_column=args.id_column, file_format=args.file_format, **sweep_options(args, MC_DEFAULTS))
         return 0
 
 
@@ -469,27 +506,25 @@ class QuestionAnswering:
     def add_finetune_arguments(parser) -> None:
         parser.add_argument("--train-file", required=True, help="training data: SQuAD JSON (v1.1, or v2.0 with "
                                                                 "is_impossible)")
-        parser.add_argument("--dev-file", required=True, help="dev data, same layout, with answers: selects the best run")
-        add_sweep_arguments(parser, learning_rates="5e-5", batch_sizes="32", epochs="3",
-                            max_seq_length=squad.MAX_SEQ_LENGTH)
+        parser.add_argument("--dev-file", default=None,
+                            help="dev data, same layout, with answers: selects the best run (without it: one run "
+                                 "trained and saved without selection)")
+        add_sweep_arguments(parser, QA_DEFAULTS, own_data=True)
         parser.add_argument("--max-eval-examples", type=flags.positive_int, default=None,
                             help="evaluate on a seeded random sample of N dev questions (quick runs)")
         parser.add_argument("--subset-seed", type=flags.seed, default=0,
                             help="seed of the --max-train-examples / --max-eval-examples samples (default 0)")
-        parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
-                            help="micro-batches per step: each --batch-size must be a multiple of it")
         squad.add_window_arguments(parser)
-        parser.epilog = ("Defaults follow the paper's SQuAD settings: lr 5e-5, batch 32, 3 epochs, windows of 384; "
-                         "comma lists run the grid and restarts, best dev F1 wins.")
+        parser.epilog = _epilog(QA_DEFAULTS)
 
     @staticmethod
     def run_finetune(args) -> int:
         check_finetune_output(args)
         finetune_question_answering(
             args.model, args.train_file, args.dev_file, args.output, version=args.version,
-            grad_accum=args.grad_accum, doc_stride=args.doc_stride, max_query_length=args.max_query_length,
+            doc_stride=args.doc_stride, max_query_length=args.max_query_length,
             n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
             null_score_diff_threshold=args.null_score_diff_threshold,
             search_null_threshold=not args.no_threshold_search, max_eval_examples=args.max_eval_examples,
-            subset_seed=args.subset_seed, **sweep_options(args))
+            subset_seed=args.subset_seed, **sweep_options(args, QA_DEFAULTS))
         return 0

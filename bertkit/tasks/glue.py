@@ -31,16 +31,16 @@ import torch
 from ..batching import predict_batches
 from ..errors import BertkitError
 from ..heads import BertForSequenceClassification
-from ..hub import model_tokenizer
 from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score
 from ..outputs import atomic_write_text, write_json
-from .arguments import (FINETUNE_DROPOUT, add_data_dir_argument, add_sweep_arguments, check_finetune_output,
-                        dropout_overrides, sweep_options)
+from .arguments import add_data_dir_argument, add_sweep_arguments, check_finetune_output, sweep_options
 from .benchmarks import Benchmark, BenchmarkSettings
-from .examples import BadRows, Examples, resolve_data_dir, subsample
-from .results import TaskResult, publish_best_metrics, results_document, write_predictions
-from .runs import config_text, grid
-from .sweep import predict_precision, run_protocol
+from .examples import BadRows, Examples, resolve_data_dir
+from .results import TaskResult, write_predictions
+from . import runner
+from .runner import RunSettings
+from .sweep import predict_precision
+from .task import Defaults, Splits, Task
 
 log = logging.getLogger("bertkit")
 
@@ -63,6 +63,9 @@ class GlueTask:
     headerless: tuple[str, ...] | None = None  # column names of train/dev files that have no header row
     test_index: str | None = "index"
     headline: str = "accuracy"  # the metric the paper's Table 5 (and the reproduce report) shows
+    column: str | None = None  # its column in the paper's Table 1 (None: not in the table)
+    table_metric: str = "accuracy"  # the metric Table 1 shows
+    reported: tuple[tuple[str, str], ...] = ()  # (split, metrics' task name): scored beside dev, not selecting
 
     @property
     def is_regression(self) -> bool:
@@ -82,29 +85,37 @@ GLUE_TASKS: dict[str, GlueTask] = {t.name: t for t in (
     GlueTask("mnli", "MNLI", "sentence1", "sentence2", "gold_label", NLI_LABELS,
              files=(("train", "train.tsv"), ("dev", "dev_matched.tsv"), ("dev_mismatched", "dev_mismatched.tsv"),
                     ("test", "test_matched.tsv"), ("test_mismatched", "test_mismatched.tsv")),
-             submission=(("test", "MNLI-m.tsv"), ("test_mismatched", "MNLI-mm.tsv"))),
+             submission=(("test", "MNLI-m.tsv"), ("test_mismatched", "MNLI-mm.tsv")),
+             column="MNLI-(m/mm)", reported=(("dev_mismatched", "mnli-mm"),)),
     GlueTask("qqp", "QQP", "question1", "question2", "is_duplicate", BINARY, index="id", test_index="id",
-             submission=(("test", "QQP.tsv"),)),
+             submission=(("test", "QQP.tsv"),), column="QQP", table_metric="f1"),
     GlueTask("qnli", "QNLI", "question", "sentence", "label", ("entailment", "not_entailment"),
-             submission=(("test", "QNLI.tsv"),)),
-    GlueTask("sst-2", "SST-2", "sentence", None, "label", BINARY, index=None, submission=(("test", "SST-2.tsv"),)),
+             submission=(("test", "QNLI.tsv"),), column="QNLI"),
+    GlueTask("sst-2", "SST-2", "sentence", None, "label", BINARY, index=None, submission=(("test", "SST-2.tsv"),),
+             column="SST-2"),
     # CoLA's train/dev files have no header: source, label, the author's original mark, sentence.
     GlueTask("cola", "CoLA", "sentence", None, "label", BINARY, index=None, submission=(("test", "CoLA.tsv"),),
-             headerless=("source", "label", "original_judgement", "sentence"), headline="matthews_correlation"),
+             headerless=("source", "label", "original_judgement", "sentence"), headline="matthews_correlation",
+             column="CoLA", table_metric="matthews_correlation"),
     GlueTask("sts-b", "STS-B", "sentence1", "sentence2", "score", None, submission=(("test", "STS-B.tsv"),),
-             headline="spearman"),
+             headline="spearman", column="STS-B", table_metric="spearman"),
     GlueTask("mrpc", "MRPC", "#1 String", "#2 String", "Quality", BINARY, index=None,
-             submission=(("test", "MRPC.tsv"),)),
+             submission=(("test", "MRPC.tsv"),), column="MRPC", table_metric="f1"),
     GlueTask("rte", "RTE", "sentence1", "sentence2", "label", ("entailment", "not_entailment"),
-             submission=(("test", "RTE.tsv"),)),
+             submission=(("test", "RTE.tsv"),), column="RTE"),
     GlueTask("wnli", "WNLI", "sentence1", "sentence2", "label", BINARY, submission=(("test", "WNLI.tsv"),)),
     # The diagnostic set: unlabelled, scored by the GLUE server from MNLI-model predictions.
     GlueTask("ax", "diagnostic", "sentence1", "sentence2", None, NLI_LABELS,
              files=(("test", "diagnostic.tsv"),), submission=(("test", "AX.tsv"),)),
 )}
 
-# The paper's Table 1 order (the order `--task all` runs them in); WNLI runs but has no column.
-TABLE_TASKS = ("mnli", "qqp", "qnli", "sst-2", "cola", "sts-b", "mrpc", "rte", "wnli")
+# The rows are in the paper's Table 1 order, the order `--task all` runs the labelled ones in (WNLI
+# runs but has no column; AX has no training data).
+TABLE_TASKS = tuple(t.name for t in GLUE_TASKS.values() if t.label is not None)
+
+# The paper's GLUE protocol (§4.1): batch 32, 3 epochs, the learning rate chosen on dev among four.
+PAPER_DEFAULTS = Defaults(learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(3,), batch_sizes=(32,), max_seq_length=128,
+                          eval_batch_size=128, anchor="the paper's GLUE protocol (§4.1)")
 
 
 def glue_task(name: str) -> GlueTask:
@@ -287,112 +298,84 @@ def evaluate_glue(task: GlueTask, predictions: list, examples: Sequence[GlueExam
     return compute_glue_metrics(metric_task or task.name, predictions, gold)
 
 
-def finetune_glue(task, model_dir, data_dir=None, output_dir=None,
-                  learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(3,), batch_sizes=(32,), seeds=(42,),
-                  max_seq_length: int = 128, max_train_examples: int | None = None, precision: str = "auto",
-                  device: str = "auto", skip_bad_rows: bool = False, eval_batch_size: int = 128,
-                  warmup_ratio: float = 0.1, weight_decay: float = 0.01, dropout: float | None = FINETUNE_DROPOUT,
-                  logging_steps: int = 50, eval_steps: int = 0, resume: bool = False) -> TaskResult:
+class GlueFinetuning(Task):
+    """One GLUE task's fine-tuning (the runner's interface, tasks/task.py): its row of GLUE_TASKS and
+    the data folder."""
+
+    HEAD = BertForSequenceClassification
+    defaults = PAPER_DEFAULTS
+
+    def __init__(self, row: GlueTask, data_dir: Path):
+        self.row, self.data_dir = row, data_dir
+        self.name = self.label = self.output_subdir = row.folder
+        self.metric = row.headline
+        self.selection = "best dev " + ("matched accuracy" if row.name == "mnli" else _score_name(row.name))
+        self.skip_bad_rows = False  # as read(): the submission's extra test files are read the same way
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        self.skip_bad_rows = skip_bad_rows
+        train, dev, test = load_glue_task(self.row, self.data_dir, skip_bad_rows)
+        if not dev:
+            raise BertkitError("the dev file has no examples", path=dev.path)
+        reported = {}
+        for split, _ in self.row.reported:  # MNLI mismatched: reported, not used to select
+            path = glue_file(self.row, self.data_dir, split)
+            if path.is_file():
+                reported[split] = read_glue_file(path, self.row, split, skip_bad_rows)
+        labels = list(self.row.labels) if self.row.labels else "regression (similarity score 0-5)"
+        return Splits(train, dev, test, reported=reported, details={"labels": labels})
+
+    def encode(self, examples, tokenizer, max_seq_length: int) -> list[dict]:
+        return glue_features(examples, tokenizer, self.row, max_seq_length)
+
+    def head_config(self) -> dict:
+        return glue_head(self.row)
+
+    def predict(self, model, examples, features, runtime) -> list:
+        return classification_predictions(self.row, self.logits(model, features, runtime))
+
+    def score(self, predictions, examples, split: str) -> dict:
+        scored_as = dict(self.row.reported).get(split)
+        if scored_as is None:
+            return evaluate_glue(self.row, predictions, examples)
+        suffix = split.removeprefix("dev_")
+        return {f"{k}_{suffix}": v for k, v in evaluate_glue(self.row, predictions, examples, scored_as).items()}
+
+    def select(self, metrics: dict) -> float:
+        return task_score(self.row.name, metrics)
+
+    def prediction_text(self, prediction) -> str:
+        return _label_text(self.row, prediction)
+
+    def write_test(self, out: Path, model, splits: Splits, runtime) -> dict:
+        return {"submission_files": write_submission(self.row, model, runtime.tokenizer, self.data_dir, out,
+                                                     splits.test, runtime.max_seq_length, runtime.eval_batch_size,
+                                                     runtime.precision, self.skip_bad_rows)}
+
+
+def glue_head(row: GlueTask) -> dict:
+    """config.json's head settings for a task: its labels, or one output for regression."""
+    if row.is_regression:
+        return dict(num_labels=1, id2label={0: "score"}, problem_type="regression")
+    return dict(id2label=dict(enumerate(row.labels)), problem_type="single_label_classification")
+
+
+def finetune_glue(task, model_dir, data_dir=None, output_dir=None, **options) -> TaskResult:
     """Fine-tune on one GLUE task with the paper's protocol; the TaskResult's document is results.json.
 
     Every (learning rate, epochs, batch size, seed) combination is one run; the best dev task score
     wins (MNLI: matched accuracy), as in the paper. `task` may also be 'all' or a list of tasks:
     see `finetune_glue_tasks`. With `output_dir`, writes OUTPUT/<Task>/ (results.json,
     dev_predictions.tsv, the GLUE submission files, model/, the best run's metrics.jsonl, and every
-    run's in runs/<run>/).
+    run's in runs/<run>/). `options` are the runner's RunSettings (default: the paper's GLUE grid).
     """
     if isinstance(task, (list, tuple)) or str(task).lower() == "all" or "," in str(task):
-        return finetune_glue_tasks(task, model_dir, data_dir, output_dir, learning_rates=learning_rates,
-                                   epochs=epochs, batch_sizes=batch_sizes, seeds=seeds, max_seq_length=max_seq_length,
-                                   max_train_examples=max_train_examples, precision=precision, device=device,
-                                   skip_bad_rows=skip_bad_rows, eval_batch_size=eval_batch_size,
-                                   warmup_ratio=warmup_ratio, weight_decay=weight_decay, dropout=dropout,
-                                   logging_steps=logging_steps, eval_steps=eval_steps)
-    spec = glue_task(task)
-    if spec.name == "ax":
+        return finetune_glue_tasks(task, model_dir, data_dir, output_dir, **options)
+    row = glue_task(task)
+    if not row.label:
         raise BertkitError("AX has no training data: it is predicted with the MNLI model (--task mnli)")
-    data_dir = resolve_data_dir(data_dir)
-    tokenizer = model_tokenizer(model_dir)
-
-    train, dev, test = load_glue_task(spec, data_dir, skip_bad_rows)
-    splits = {"train": train, "dev": dev, **({"test": test} if test is not None else {})}
-    extra_dev = {}
-    if spec.name == "mnli":
-        mm_path = glue_file(spec, data_dir, "dev_mismatched")
-        if mm_path.is_file():
-            extra_dev["dev_mismatched"] = splits["dev_mismatched"] = read_glue_file(mm_path, spec, "dev_mismatched",
-                                                                                    skip_bad_rows)
-    if not dev:
-        raise BertkitError("the dev file has no examples", path=dev.path)
-    train_examples = subsample(train, max_train_examples)
-    train_features = glue_features(train_examples, tokenizer, spec, max_seq_length)
-    dev_features = glue_features(dev, tokenizer, spec, max_seq_length)
-    extra_features = {name: glue_features(ex, tokenizer, spec, max_seq_length) for name, ex in extra_dev.items()}
-
-    if spec.is_regression:
-        head = dict(num_labels=1, id2label={0: "score"}, problem_type="regression")
-    else:
-        head = dict(id2label=dict(enumerate(spec.labels)), problem_type="single_label_classification")
-    head.update(dropout_overrides(dropout))
-
-    def build_model():
-        return HEAD.from_pretrained(model_dir, **head)
-
-    def evaluate(model) -> tuple[dict, dict]:
-        outputs = {}
-        logits = predict_batches(model, dev_features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                                 precision=predict_precision(model, precision))["logits"]
-        outputs["dev"] = classification_predictions(spec, logits)
-        metrics = evaluate_glue(spec, outputs["dev"], dev)
-        for name, features in extra_features.items():  # MNLI mismatched: reported, not used to select
-            logits = predict_batches(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                                     precision=predict_precision(model, precision))["logits"]
-            outputs[name] = classification_predictions(spec, logits)
-            for key, value in evaluate_glue(spec, outputs[name], extra_dev[name], "mnli-mm").items():
-                metrics[f"{key}_mismatched"] = value
-        return metrics, outputs
-
-    configs = grid(learning_rates, epochs, batch_sizes, seeds)
-    log.info(f"{spec.folder}: {len(train_features)} train / {len(dev_features)} dev examples, "
-             f"{len(configs)} run(s) (grid x seeds), max length {max_seq_length}")
-    for name, examples in splits.items():
-        if examples.skipped:
-            log.warning(f"{spec.folder}: skipped {len(examples.skipped)} malformed {name} row(s), "
-                f"first: {examples.skipped[0]}")
-    runs_dir = None if output_dir is None else Path(output_dir) / spec.folder / "runs"
-    best, runs = run_protocol(configs, build_model, train_features, evaluate,
-                              score=lambda metrics: task_score(spec.name, metrics),
-                              precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id,
-                              label=spec.folder, runs_dir=runs_dir, logging_steps=logging_steps,
-                              eval_steps=eval_steps, resume=resume,
-                              identity={"model": str(model_dir), "max_seq_length": max_seq_length, "dropout": dropout})
-    results = results_document(spec.folder, best, runs, {
-        "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
-        "max_seq_length": max_seq_length,
-        "labels": list(spec.labels) if spec.labels else "regression (similarity score 0-5)",
-        "skipped_rows": {name: len(ex.skipped) for name, ex in splits.items()},
-        "selection": "best dev " + ("matched accuracy" if spec.name == "mnli" else _score_name(spec.name)),
-    })
-    result = TaskResult(task=spec.name, metric=spec.headline, metrics=best.metrics,
-                        run_metrics=[r.metrics for r in runs], document=results)
-    if output_dir is not None:
-        out = Path(output_dir) / spec.folder
-        out.mkdir(parents=True, exist_ok=True)
-        model, outputs = best.artifacts
-        write_predictions(out / "dev_predictions.tsv", [e.index for e in dev],
-                          [_label_text(spec, p) for p in outputs["dev"]])
-        for name in extra_dev:
-            write_predictions(out / f"{name}_predictions.tsv", [e.index for e in extra_dev[name]],
-                              [_label_text(spec, p) for p in outputs[name]])
-        results["submission_files"] = write_submission(spec, model, tokenizer, data_dir, out, test,
-                                                       max_seq_length, eval_batch_size, precision, skip_bad_rows)
-        model.save_pretrained(out / "model", tokenizer=tokenizer)
-        publish_best_metrics(runs_dir, best, out)
-        write_json(out / "results.json", results)
-        result.output_dir, result.model_dir = str(out), str(out / "model")
-        log.info(f"{spec.folder}: best run {config_text(best.config)} (dev {100 * best.score:.2f}); wrote {out}")
-    return result
+    settings = RunSettings.paper(PAPER_DEFAULTS, **options)
+    return runner.finetune(GlueFinetuning(row, resolve_data_dir(data_dir)), model_dir, output_dir, settings)
 
 
 def _score_name(task_name: str) -> str:
@@ -480,47 +463,39 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, **opti
     return result
 
 
-TABLE_COLUMNS = (("MNLI-(m/mm)", "MNLI"), ("QQP", "QQP"), ("QNLI", "QNLI"), ("SST-2", "SST-2"), ("CoLA", "CoLA"),
-                 ("STS-B", "STS-B"), ("MRPC", "MRPC"), ("RTE", "RTE"))
-
-
 def glue_table(metrics_by_folder: dict[str, dict]) -> dict:
     """Dev metrics per task (keyed by folder name: 'MRPC') -> a Markdown table in the paper's Table 1
-    layout: F1 for QQP and MRPC, Spearman for STS-B, Matthews correlation for CoLA, accuracy for the
-    rest; missing tasks shown as '-'. Average = the GLUE score over the tasks run (bertkit.metrics.glue
-    .glue_score: two-metric tasks averaged first, MNLI m/mm averaged, WNLI left out)."""
+    layout (each row's `column` and `table_metric`: F1 for QQP and MRPC, Spearman for STS-B, Matthews
+    correlation for CoLA, accuracy for the rest; MNLI matched/mismatched); missing tasks shown as '-'.
+    Average = the GLUE score over the tasks run (bertkit.metrics.glue.glue_score: two-metric tasks
+    averaged first, MNLI m/mm averaged, WNLI left out). The cells are percent, as the paper's table."""
     def pct(x):
         return f"{100 * x:.1f}"
 
+    columns = [t for t in GLUE_TASKS.values() if t.column]
     cells = []
-    for _, folder in TABLE_COLUMNS:
-        m = metrics_by_folder.get(folder)
+    for row in columns:
+        m = metrics_by_folder.get(row.folder)
         if m is None:
             cells.append("-")
-        elif folder == "MNLI":
-            mm = m.get("accuracy_mismatched")
-            cells.append(pct(m["accuracy"]) + "/" + (pct(mm) if mm is not None else "-"))
-        elif folder in ("QQP", "MRPC"):
-            cells.append(pct(m["f1"]))
-        elif folder == "STS-B":
-            cells.append(pct(m["spearman"]))
-        elif folder == "CoLA":
-            cells.append(pct(m["matthews_correlation"]))
-        else:
-            cells.append(pct(m["accuracy"]))
+            continue
+        cell = pct(m[row.table_metric])
+        for split, _ in row.reported:  # MNLI: matched/mismatched
+            extra = m.get(f"{row.table_metric}_{split.removeprefix('dev_')}")
+            cell += "/" + (pct(extra) if extra is not None else "-")
+        cells.append(cell)
     score_input = {}
     for folder, m in metrics_by_folder.items():
-        spec = glue_task(folder)
-        if spec.name == "mnli":
-            score_input["mnli"] = {"accuracy": m["accuracy"]}
-            if "accuracy_mismatched" in m:
-                score_input["mnli-mm"] = {"accuracy": m["accuracy_mismatched"]}
-        else:
-            score_input[spec.name] = m
+        task = glue_task(folder)
+        score_input[task.name] = m
+        for split, scored_as in task.reported:  # scored as a task of its own (MNLI-mm)
+            suffix = "_" + split.removeprefix("dev_")
+            if all(k + suffix in m for k in TASK_METRICS[scored_as]):
+                score_input[scored_as] = {k: m[k + suffix] for k in TASK_METRICS[scored_as]}
     scored = [GLUE_TASKS[n].folder for n in TABLE_TASKS if n in score_input and n != "wnli"]
     score = glue_score(score_input) if scored else None
-    header = "| System | " + " | ".join(c for c, _ in TABLE_COLUMNS) + " | Average |"
-    rule = "|---|" + "---:|" * (len(TABLE_COLUMNS) + 1)
+    header = "| System | " + " | ".join(t.column for t in columns) + " | Average |"
+    rule = "|---|" + "---:|" * (len(columns) + 1)
     row = "| bertkit (dev) | " + " | ".join(cells) + f" | {pct(score) if score is not None else '-'} |"
     notes = [f"Average: GLUE score over {', '.join(scored) or 'no task'} (each task's metrics averaged first; "
              "MNLI matched and mismatched averaged; WNLI left out). Dev-set scores of the best run per task."]
@@ -537,7 +512,7 @@ def add_finetune_arguments(parser) -> None:
                         help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI (case-insensitive; sst2, stsb "
                              "also accepted), a comma list, or 'all' (every task with train and dev files)")
     add_data_dir_argument(parser, "glue/<Task>/ or <Task>/")
-    add_sweep_arguments(parser, learning_rates="5e-5,4e-5,3e-5,2e-5", batch_sizes="32", epochs="3")
+    add_sweep_arguments(parser, PAPER_DEFAULTS)
     parser.epilog = ("Defaults follow the paper: batch 32, 3 epochs, max length 128, and the learning rate chosen "
                      "on dev among 5e-5, 4e-5, 3e-5, 2e-5 (four runs per task).")
 

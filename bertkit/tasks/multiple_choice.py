@@ -19,25 +19,21 @@ import dataclasses
 import io
 import json
 import logging
-import random
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from .. import flags
-from ..batching import predict_batches
 from ..errors import BertkitError
 from ..heads import BertForMultipleChoice
-from ..hub import model_tokenizer
 from ..metrics.glue import accuracy
-from ..outputs import write_json
-from .arguments import FINETUNE_DROPOUT, add_sweep_arguments, check_finetune_output, dropout_overrides, sweep_options
+from . import runner
+from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, sweep_options
 from .benchmarks import Benchmark, BenchmarkSettings
-from .examples import BadRows, Examples, subsample
-from .results import TaskResult, publish_best_metrics, results_document, write_predictions
-from .runs import config_text, grid
-from .sweep import predict_precision, run_protocol
+from .examples import BadRows, Examples
+from .results import TaskResult
+from .runner import RunSettings, split_dev  # noqa: F401  (split_dev: where it was)
+from .task import Defaults, Splits, Task
 
 log = logging.getLogger("bertkit")
 
@@ -138,20 +134,6 @@ def read_swag_file(path: str | Path, skip_bad_rows: bool = False) -> Examples:
     return Examples(examples, path=path, skipped=bad.skipped)
 
 
-def split_dev(examples: Examples, dev_fraction: float, seed: int = 0) -> tuple[Examples, Examples]:
-    """Hold out a seeded random dev_fraction of a single file as dev (both parts keep file order)."""
-    if not 0.0 < dev_fraction < 1.0:
-        raise BertkitError(f"--dev-fraction must be between 0 and 1, not {dev_fraction}")
-    n_dev = max(1, round(len(examples) * dev_fraction))
-    if n_dev >= len(examples):
-        raise BertkitError(f"{len(examples)} examples are too few to hold out {dev_fraction:.0%} as dev",
-                           path=examples.path)
-    dev_ids = set(random.Random(seed).sample(range(len(examples)), n_dev))
-    train = Examples([e for i, e in enumerate(examples) if i not in dev_ids], examples.path, examples.skipped)
-    dev = Examples([e for i, e in enumerate(examples) if i in dev_ids], examples.path)
-    return train, dev
-
-
 def multiple_choice_features(examples: Sequence[MultipleChoiceExample], tokenizer,
                              max_seq_length: int = 128) -> list[dict]:
     """Per example, C sequences `[CLS] sent1 [SEP] sent2 ending_k [SEP]` (lists of C lists per key)."""
@@ -175,89 +157,66 @@ def multiple_choice_features(examples: Sequence[MultipleChoiceExample], tokenize
     return features
 
 
+# The paper's SWAG settings (§4.4): lr 2e-5, batch 16, 3 epochs (one run; no grid is given for SWAG).
+PAPER_DEFAULTS = Defaults(learning_rates=(2e-5,), epochs=(3,), batch_sizes=(16,), max_seq_length=128,
+                          eval_batch_size=64, anchor="the paper's SWAG settings (§4.4)")
+
+
+class MultipleChoiceTask(Task):
+    """Multiple choice from files read by `reader(path, skip_bad_rows)` (default: SWAG's layout)."""
+
+    HEAD = BertForMultipleChoice
+    defaults = PAPER_DEFAULTS
+    metric = "accuracy"
+    selection = "best dev accuracy"
+
+    def __init__(self, train_file, dev_file=None, test_file=None, reader: Callable[..., Examples] = read_swag_file,
+                 task_name: str = "swag", requires_dev: bool = True):
+        self.files = {"train": train_file, "dev": dev_file, "test": test_file}
+        self.reader, self.name, self.label = reader, task_name, Path(train_file).stem
+        self.requires_dev = requires_dev  # the SWAG protocol selects on dev; own files may have none
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        train = self.reader(self.files["train"], skip_bad_rows)
+        dev = None if self.files["dev"] is None else self.reader(self.files["dev"], skip_bad_rows)
+        test = None if self.files["test"] is None else self.reader(self.files["test"], skip_bad_rows)
+        for split in (train, dev):
+            unlabelled = [] if split is None else [e for e in split if e.label is None]
+            if unlabelled:
+                raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
+        return Splits(train, dev, test, details={"train_file": str(self.files["train"]),
+                                                 "dev_file": None if dev is None else str(self.files["dev"]),
+                                                 "dev_fraction": None, "split_seed": None})
+
+    def encode(self, examples, tokenizer, max_seq_length: int) -> list[dict]:
+        return multiple_choice_features(examples, tokenizer, max_seq_length)
+
+    def predict(self, model, examples, features, runtime) -> list:
+        return choices(self.logits(model, features, runtime))
+
+    def score(self, predictions, examples, split: str) -> dict:
+        return {"accuracy": accuracy(predictions, [e.label for e in examples])}
+
+    def describe(self, splits: Splits, train_features) -> str:
+        return f"{super().describe(splits, train_features)} ({len(splits.train[0].endings)} endings each)"
+
+    def identity(self, splits: Splits) -> dict:
+        return {"dev_examples": 0 if splits.dev is None else len(splits.dev)}
+
+
 def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=None, test_file=None,
-                             dev_fraction: float | None = None, split_seed: int = 0,
-                             learning_rates=(2e-5,), epochs=(3,), batch_sizes=(16,), seeds=(42,),
-                             max_seq_length: int = 128, max_train_examples: int | None = None,
-                             precision: str = "auto", device: str = "auto", skip_bad_rows: bool = False,
-                             eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                             dropout: float | None = FINETUNE_DROPOUT, logging_steps: int = 50, eval_steps: int = 0,
-                             resume: bool = False, reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag") -> TaskResult:
+                             reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag",
+                             requires_dev: bool = True, **options) -> TaskResult:
     """Fine-tune BertForMultipleChoice with the paper's protocol; the TaskResult's document is results.json.
 
-    Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev.
+    Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev
+    (`requires_dev` False: with neither, one run is trained and saved without selection).
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
     given), model/ (the best run, Hugging Face layout) and metrics.jsonl (the best run's; every
-    run's in runs/<run>/). `reader(path, skip_bad_rows)` reads each file (default: SWAG's layout)."""
-    train = reader(train_file, skip_bad_rows)
-    if dev_file is not None:
-        dev = reader(dev_file, skip_bad_rows)
-    elif dev_fraction:
-        train, dev = split_dev(train, dev_fraction, split_seed)
-    else:
-        raise BertkitError("no dev set: give a dev file or --dev-fraction to hold out part of the train file")
-    for split in (train, dev):
-        unlabelled = [e for e in split if e.label is None]
-        if unlabelled:
-            raise BertkitError("train and dev examples need a label", path=split.path, line=unlabelled[0].line)
-    test = reader(test_file, skip_bad_rows) if test_file is not None else None
-
-    tokenizer = model_tokenizer(model_dir)
-    train_features = multiple_choice_features(subsample(train, max_train_examples), tokenizer, max_seq_length)
-    dev_features = multiple_choice_features(dev, tokenizer, max_seq_length)
-    gold = [e.label for e in dev]
-    overrides = dropout_overrides(dropout)
-
-    def build_model():
-        return HEAD.from_pretrained(model_dir, **overrides)
-
-    def choose(model, features) -> list[int]:
-        logits = predict_batches(model, features, batch_size=eval_batch_size, pad_token_id=tokenizer.pad_token_id,
-                                 precision=predict_precision(model, precision))["logits"]
-        return choices(logits)
-
-    def evaluate(model):
-        predictions = choose(model, dev_features)
-        return {"accuracy": accuracy(predictions, gold)}, {"dev": predictions}
-
-    configs = grid(learning_rates, epochs, batch_sizes, seeds)
-    name = Path(train_file).stem
-    log.info(f"{name}: {len(train_features)} train / {len(dev_features)} dev examples "
-             f"({len(train[0].endings)} endings each), {len(configs)} run(s), max length {max_seq_length}")
-    skipped = {"train": len(train.skipped), "dev": len(dev.skipped), "test": len(test.skipped) if test else 0}
-    if any(skipped.values()):
-        log.warning(f"{name}: skipped malformed rows: {skipped}")
-    runs_dir = None if output_dir is None else Path(output_dir) / "runs"
-    best, runs = run_protocol(configs, build_model, train_features, evaluate, score=lambda m: m["accuracy"],
-                              precision=precision, device=device, warmup_ratio=warmup_ratio,
-                              weight_decay=weight_decay, pad_token_id=tokenizer.pad_token_id, label=name,
-                              runs_dir=runs_dir, logging_steps=logging_steps, eval_steps=eval_steps, resume=resume,
-                              identity={"model": str(model_dir), "max_seq_length": max_seq_length, "dropout": dropout,
-                                        "dev_examples": len(dev_features)})
-    results = results_document(task_name, best, runs, {
-        "train_file": str(train_file), "dev_file": str(dev_file) if dev_file else None,
-        "dev_fraction": None if dev_file else dev_fraction, "split_seed": None if dev_file else split_seed,
-        "num_train_examples": len(train_features), "num_dev_examples": len(dev_features),
-        "max_seq_length": max_seq_length, "skipped_rows": skipped, "selection": "best dev accuracy"})
-    result = TaskResult(task=task_name, metric="accuracy", metrics=best.metrics,
-                        run_metrics=[r.metrics for r in runs], document=results)
-    if output_dir is not None:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        model, outputs = best.artifacts
-        write_predictions(out / "dev_predictions.tsv", [e.index for e in dev], outputs["dev"])
-        if test is not None:
-            test_features = [{k: v for k, v in f.items() if k != "labels"}
-                             for f in multiple_choice_features(test, tokenizer, max_seq_length)]
-            write_predictions(out / "test_predictions.tsv", [e.index for e in test], choose(model, test_features))
-            if all(e.label is not None for e in test):  # a labelled test file: score it too
-                results["test_metrics"] = {"accuracy": accuracy(choose(model, test_features), [e.label for e in test])}
-        model.save_pretrained(out / "model", tokenizer=tokenizer)
-        publish_best_metrics(runs_dir, best, out)
-        write_json(out / "results.json", results)
-        result.output_dir, result.model_dir = str(out), str(out / "model")
-        log.info(f"{name}: best {config_text(best.config)} dev accuracy {100 * best.score:.2f}; wrote {out}")
-    return result
+    run's in runs/<run>/). `reader(path, skip_bad_rows)` reads each file (default: SWAG's layout);
+    `options` are the runner's RunSettings (default: the paper's SWAG settings)."""
+    task = MultipleChoiceTask(train_file, dev_file, test_file, reader, task_name, requires_dev)
+    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(PAPER_DEFAULTS, **options))
 
 
 def choices(logits: Sequence[torch.Tensor]) -> list[int]:
@@ -269,18 +228,15 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--train-file", required=True, help="SWAG-style CSV (or JSON lines) with labels")
     parser.add_argument("--dev-file", default=None, help="labelled dev file; without it see --dev-fraction")
     parser.add_argument("--test-file", default=None, help="file to predict (labels optional)")
-    parser.add_argument("--dev-fraction", type=flags.open_fraction, default=None,
-                        help="hold out this fraction of the train file as dev when there is no dev file (e.g. 0.2)")
-    parser.add_argument("--split-seed", type=flags.seed, default=0, help="seed of the --dev-fraction split (default 0)")
-    add_sweep_arguments(parser, learning_rates="2e-5", batch_sizes="16", epochs="3")
+    add_dev_fraction_arguments(parser)
+    add_sweep_arguments(parser, PAPER_DEFAULTS)
     parser.epilog = "Defaults follow the paper's SWAG settings: lr 2e-5, batch 16, 3 epochs, max length 128."
 
 
 def run_finetune(args) -> int:
     check_finetune_output(args)
-    options = sweep_options(args)
     finetune_multiple_choice(args.model, args.train_file, args.dev_file, args.output, test_file=args.test_file,
-                             dev_fraction=args.dev_fraction, split_seed=args.split_seed, **options)
+                             **sweep_options(args))
     return 0
 
 

@@ -44,7 +44,7 @@ from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import subsample
 from .results import TaskResult, publish_best_metrics, summarize
 from .runs import RunResult, grid, run_name
-from .sweep import run_sweep
+from .sweep import DevTracker, run_sweep
 from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
                          read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
 from .ner_features import train_feature_based_ner
@@ -99,7 +99,8 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  tag_scheme: str = "file", cased: bool | None = None, warmup_ratio: float = 0.1,
                  eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
                  data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
-                 logging_steps: int = 50, resume: bool = False, dropout: float | None = FINETUNE_DROPOUT) -> TaskResult:
+                 logging_steps: int = 50, resume: bool = False, dropout: float | None = FINETUNE_DROPOUT,
+                 grad_accum: int = 1, early_stopping_patience: int | None = None) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
@@ -109,7 +110,10 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     dev_predictions.txt, test_predictions.txt, model/ (the best model in the Hugging Face layout,
     id2label in config.json, with its tokenizer), runs/<name>/metrics.jsonl per run and the best
     run's metrics.jsonl in output_dir. `max_train_examples` / `max_eval_examples` keep the first N
-    sentences. The TaskResult's document is results.json."""
+    sentences. The TaskResult's document is results.json. `grad_accum` micro-batches make each batch;
+    `early_stopping_patience` N scores dev every epoch and stops a run after N epochs without a
+    better score, keeping its best weights. Without a "valid" split (own data without dev): one run,
+    trained and saved without selection."""
     if tag_scheme not in TAG_SCHEMES:
         raise BertkitError(f"tag_scheme must be one of {', '.join(TAG_SCHEMES)}, not {tag_scheme!r}")
     if data is None:
@@ -120,6 +124,14 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     tokenizer = load_tokenizer(model_dir, cased)
     train_sentences = _limit(data["train"], max_train_examples)
     eval_sets = {split: _limit(data[split], max_eval_examples) for split in ("valid", "test") if split in data}
+    configs = grid(learning_rates, epochs, batch_sizes, seeds)
+    has_dev = "valid" in eval_sets
+    if not has_dev and (len(configs) > 1 or early_stopping_patience):
+        raise BertkitError("without dev data there is nothing to choose runs or stop on: give a dev file or "
+                           "--dev-fraction, or one learning rate, epoch count, batch size and seed")
+    uneven = [b for b in batch_sizes if b % grad_accum]
+    if uneven:
+        raise BertkitError(f"--batch-size {uneven[0]} is not a multiple of --grad-accum {grad_accum}")
     file_scheme = data["train"].scheme
     convert = tag_scheme == "iob2" and file_scheme == "IOB1"
     train_tags = [to_iob2(s.tags) if convert else s.tags for s in train_sentences]
@@ -145,35 +157,47 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         started = time.perf_counter()
         torch.manual_seed(config["seed"])  # the new head's initialisation differs per restart
         model = HEAD.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label, **dropout_overrides(dropout))
-        source = FeatureSource(train_features, config["batch_size"], seed=config["seed"], model_keys=MODEL_KEYS,
-                               pad_token_id=tokenizer.pad_token_id)
+        source = FeatureSource(train_features, config["batch_size"] // grad_accum, seed=config["seed"],
+                               model_keys=MODEL_KEYS, pad_token_id=tokenizer.pad_token_id)
+        in_loop = {}
+        if early_stopping_patience:  # dev every epoch; the best epoch's weights are kept
+            tracker = DevTracker(lambda m: evaluate_split(m, "valid"), lambda scores: scores[select_on],
+                                 early_stopping_patience)
+            in_loop = dict(evaluate=tracker.in_loop, stop_after_eval=tracker.should_stop)
         args = TrainArgs(output_dir=str(out / "runs" / name) if out else None, learning_rate=config["learning_rate"],
                          warmup_ratio=warmup_ratio, weight_decay=weight_decay, precision=precision, device=device,
-                         seed=config["seed"], logging_steps=logging_steps, save_final_model=False, progress=progress)
-        train = fit(model, Phase(source, epochs=config["epochs"], name="ner"), args)
+                         seed=config["seed"], logging_steps=logging_steps, save_final_model=False, progress=progress,
+                         grad_accum=grad_accum,
+                         eval_steps=-(-source.num_batches(0) // grad_accum) if early_stopping_patience else 0)
+        train = fit(model, Phase(source, epochs=config["epochs"], name="ner"), args, **in_loop)
+        if early_stopping_patience:
+            tracker.finish(model)
         scores, predictions = {}, {}
         for split in eval_sets:
             scores[split], predictions[split] = evaluate_split(model, split)
         metrics = {f"{'dev' if split == 'valid' else split}_{k}": v for split, r in scores.items()
                    for k, v in r.items() if k in ("precision", "recall", "f1", "accuracy")}
         metrics["train_seq_per_s"] = train.sequences_per_second
-        log.info(f"ner {name}: dev F1 {scores['valid']['f1']:.4f}"  # one line per finished run, like the other tasks
-                 + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""))
-        return RunResult(config, metrics, scores["valid"][select_on], time.perf_counter() - started,
+        log.info(f"ner {name}: " + (f"dev F1 {scores['valid']['f1']:.4f}" if has_dev else "trained (no dev data)")
+                 + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""))  # one line per run
+        return RunResult(config, metrics, scores["valid"][select_on] if has_dev else 0.0, time.perf_counter() - started,
                          artifacts={"model": model, "scores": scores, "predictions": predictions})
 
-    configs = grid(learning_rates, epochs, batch_sizes, seeds)
     all_scores = []
     identity = {"model": str(model_dir), "train_windows": len(train_features), "max_seq_length": max_seq_length,
                 "doc_context": doc_context, "labels": labels, "warmup_ratio": warmup_ratio, "weight_decay": weight_decay,
                 "dropout": dropout, "eval_sentences": {split: len(sents) for split, sents in eval_sets.items()}}
+    if grad_accum != 1:
+        identity["grad_accum"] = grad_accum
+    if early_stopping_patience:
+        identity["early_stopping_patience"] = early_stopping_patience
     best, runs = run_sweep(configs, run_one, on_run=lambda r: all_scores.append(r.artifacts["scores"]),
                            state_dir=out / "runs" if out else None, resume=resume,
                            keep=lambda artifacts: {"scores": artifacts["scores"]}, identity=identity)
     results = {
         "task": "ner",
         "model": str(model_dir),
-        "selection": f"best dev {select_on}",
+        "selection": f"best dev {select_on}" if has_dev else "none: no dev data, the one run is kept",
         "files": {split: str(path) for split, path in files.items()},
         "tag_scheme": {"file": file_scheme, "training": "IOB2" if convert else file_scheme},
         "labels": labels,
@@ -185,14 +209,14 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
         "documents": {split: d.num_documents for split, d in data.items()},
         "windows": {"train": len(train_features), **{k: len(v) for k, v in eval_features.items()}},
         "bad_rows": {split: d.bad_rows for split, d in data.items()},
-        "best": {"config": best.config, "dev": best.artifacts["scores"]["valid"],
+        "best": {"config": best.config, "dev": best.artifacts["scores"].get("valid"),
                  "test": best.artifacts["scores"].get("test")},
-        "runs": [{"config": r.config, "seconds": r.seconds, "dev": s["valid"], "test": s.get("test")}
+        "runs": [{"config": r.config, "seconds": r.seconds, "dev": s.get("valid"), "test": s.get("test")}
                  for r, s in zip(runs, all_scores)],
         "summary": summarize(runs),
     }
-    result = TaskResult(task="ner", metric="f1", metrics=best.artifacts["scores"]["valid"],
-                        run_metrics=[s["valid"] for s in all_scores], document=results)
+    result = TaskResult(task="ner", metric="f1", metrics=best.artifacts["scores"].get("valid", {}),
+                        run_metrics=[s.get("valid", {}) for s in all_scores], document=results)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         best.artifacts["model"].save_pretrained(out / "model", tokenizer=tokenizer)
@@ -233,6 +257,11 @@ def add_finetune_arguments(parser) -> None:
                       help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
     add_max_examples_arguments(parser, "--max-train-sentences", "--max-eval-sentences", how="the first N sentences")
+    parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
+                        help="micro-batches per optimizer step: each --batch-size must be a multiple of it")
+    parser.add_argument("--early-stopping-patience", type=flags.positive_int, default=None,
+                        help="score dev every epoch and stop a run after N epochs without a better score, keeping "
+                             "its best weights (default: train to the end)")
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
     add_dropout_argument(parser, default=None)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
@@ -258,6 +287,9 @@ def run_finetune(args) -> int:
                                "frozen (its taggers take --lstm-dropout)")
         if len(seeds) > 1 or len(batch_sizes) > 1:
             raise BertkitError("--feature-based takes one --seed and one --batch-size")
+        if args.grad_accum != 1 or args.early_stopping_patience:
+            raise BertkitError("--grad-accum and --early-stopping-patience fine-tune the encoder; --feature-based "
+                               "trains taggers on frozen features")
         learning_rates = parse_list(args.learning_rate or "1e-3")
         epochs = parse_list(args.epochs or "4")
         if len(learning_rates) > 1 or len(epochs) > 1:
@@ -280,7 +312,8 @@ def run_finetune(args) -> int:
             max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
             warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size,
             dropout=FINETUNE_DROPOUT if args.dropout is None else args.dropout,
-            skip_bad_rows=args.skip_bad_rows, resume=args.resume).document
+            skip_bad_rows=args.skip_bad_rows, resume=args.resume, grad_accum=args.grad_accum,
+            early_stopping_patience=args.early_stopping_patience).document
         summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
                    "test_f1": (results["best"]["test"] or {}).get("f1")}
     bad = {k: v for k, v in results["bad_rows"].items() if v}

@@ -1,11 +1,12 @@
 """The task table: every fine-tuning task, once. The command line (`bertkit finetune|predict|evaluate
 TASK`, tasks/cli.py) and `bertkit reproduce` (each task's BENCHMARKS) loop over it.
 
-A task is a module with the surface tasks/common.py describes (read, featurize, HEAD, postprocess,
-score, finetune -> TaskResult, add_finetune_arguments / run_finetune, BENCHMARKS; optionally
-add_predict_arguments / run_predict and add_evaluate_arguments / run_evaluate). Adding a task is
-writing that module and adding one `Task(...)` line below. A module may offer several tasks, each
-as a class with the same surface (tasks/custom.py: fine-tuning on the user's own files).
+Each entry's module has the command-line surface (read, featurize, HEAD, postprocess, score,
+finetune -> TaskResult, add_finetune_arguments / run_finetune, BENCHMARKS; optionally
+add_predict_arguments / run_predict and add_evaluate_arguments / run_evaluate); its fine-tuning is a
+task object (tasks/task.py) that tasks/runner.py runs. Adding a task is one file with both (see
+tasks/paws.py) and one `Task(...)` line below. A module may offer several tasks, each as a class
+with the same surface (tasks/custom.py: fine-tuning on the user's own files).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 from types import ModuleType
 
 from ..errors import BertkitError
-from . import custom, glue, multiple_choice, ner, squad
+from . import custom, glue, multiple_choice, ner, paws, squad
 from .benchmarks import Benchmark
 
 
@@ -35,6 +36,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("swag", multiple_choice, pipeline="multiple-choice"),
     Task("squad", squad, evaluate="squad", pipeline="question-answering"),
     Task("ner", ner, evaluate="conll", pipeline="token-classification"),
+    Task("paws", paws, pipeline="text-classification"),
     # the user's own files, named as `bertkit predict` names the pipelines (BENCHMARKS = (): not in reproduce)
     Task("text-classification", custom.TextClassification, pipeline="text-classification"),
     Task("token-classification", custom.TokenClassification, pipeline="token-classification"),

@@ -504,7 +504,9 @@ def add_predict_arguments(parser) -> None:
                         help="SQuAD JSON to answer" + deprecated("--data-file"))
     parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
     add_overwrite_argument(parser)
-    parser.add_argument("--batch-size", type=flags.positive_int, default=64)
+    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64,
+                        help="windows per forward pass (default 64; --batch-size: the old spelling, deprecated)")
+    flags.add_deprecated_alias(parser, "--batch-size", "--eval-batch-size", type=flags.positive_int)
     parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="predict even with a model that has no span head (its answers are random)")
@@ -517,7 +519,7 @@ def run_predict(args) -> int:
         args.model, args.input, args.output, version=args.version, max_seq_length=args.max_seq_length,
         doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
         max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
-        search_null_threshold=not args.no_threshold_search, batch_size=args.batch_size, device=args.device,
+        search_null_threshold=not args.no_threshold_search, batch_size=args.eval_batch_size, device=args.device,
         precision=args.precision, max_examples=args.max_examples, subset_seed=args.subset_seed,
         skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights).document
     if record["metrics"] is not None:

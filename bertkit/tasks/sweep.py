@@ -67,29 +67,69 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
 def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
               warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
               output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
-              eval_steps: int = 0, grad_accum: int = 1):
+              eval_steps: int = 0, grad_accum: int = 1, stop_after_eval: Callable[[dict], bool] | None = None,
+              eval_per_epoch: bool = False):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
     warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
     The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
     With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
-    `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`."""
+    `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`. `eval_per_epoch`
+    (with eval_steps 0) evaluates at the end of every epoch; `stop_after_eval(metrics)` may end the
+    run after an evaluation (early stopping)."""
     batch_size = int(config["batch_size"])
     if grad_accum < 1 or batch_size % grad_accum:
         raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {grad_accum}")
     source = FeatureSource(features, batch_size // grad_accum, seed=int(config["seed"]), pad_token_id=pad_token_id)
+    if eval_per_epoch and not eval_steps:
+        eval_steps = -(-source.num_batches(0) // grad_accum)  # the optimizer steps of one epoch
     args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),
                      learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio, grad_accum=grad_accum,
                      weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
                      logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
                      save_final_model=False)
-    return fit(model, Phase(source, epochs=config["epochs"]), args, evaluate=evaluate)
+    return fit(model, Phase(source, epochs=config["epochs"]), args, evaluate=evaluate, stop_after_eval=stop_after_eval)
+
+
+class DevTracker:
+    """A run's dev evaluations inside the training loop: the last one (the run's result), or with
+    early stopping the best one, whose weights are put back at the end (transformers' Trainer with
+    load_best_model_at_end), after `patience` evaluations without a better score."""
+
+    def __init__(self, evaluate: Callable, score: Callable[[dict], float], patience: int | None):
+        self.evaluate, self.score, self.patience = evaluate, score, patience
+        self.kept = None  # (metrics, outputs) of the run's result so far
+        self.best_score, self.best_state, self.since_best, self.evaluations, self.best_at = None, None, 0, 0, 0
+
+    def in_loop(self, model) -> dict:
+        metrics, outputs = self.evaluate(model)
+        self.evaluations += 1
+        value = float(self.score(metrics))
+        if self.patience is None:
+            self.kept = (metrics, outputs)
+        elif self.best_score is None or value > self.best_score:
+            self.kept, self.best_score, self.since_best = (metrics, outputs), value, 0
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            self.best_at = self.evaluations
+        else:
+            self.since_best += 1
+        return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    def should_stop(self, metrics: dict) -> bool:
+        return self.patience is not None and self.since_best >= self.patience
+
+    def finish(self, model) -> None:
+        """Early stopping: the best evaluation's weights back in the model."""
+        if self.best_state is not None and self.best_at != self.evaluations:
+            model.load_state_dict(self.best_state)
+            log.info(f"early stopping: kept the weights of dev evaluation {self.best_at} of {self.evaluations}")
 
 
 def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module], train_features: list[dict],
-                 evaluate: Callable, score: Callable[[dict], float], precision: str = "auto", device: str = "auto",
-                 warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0, label: str = "",
-                 train: Callable | None = None, runs_dir: str | Path | None = None, logging_steps: int = 50,
-                 eval_steps: int = 0, resume: bool = False, identity: dict | None = None):
+                 evaluate: Callable | None, score: Callable[[dict], float], precision: str = "auto",
+                 device: str = "auto", warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
+                 label: str = "", train: Callable | None = None, runs_dir: str | Path | None = None,
+                 logging_steps: int = 50, eval_steps: int = 0, resume: bool = False, identity: dict | None = None,
+                 early_stopping_patience: int | None = None):
     """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
 
     `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
@@ -97,35 +137,52 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
     the best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
     runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics), and
     `resume` continues an interrupted sweep there (`run_sweep`): its runs must have had the same
-    `identity` (the caller's data and settings) and training settings."""
+    `identity` (the caller's data and settings) and training settings.
+
+    `early_stopping_patience` N: dev is scored every eval_steps (else every epoch) and a run stops
+    after N evaluations without a better score, keeping its best weights (DevTracker). `evaluate`
+    None (no dev data): one run, trained to the end and kept without selection (score 0, no metrics)."""
     if not configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
+    if evaluate is None and (len(configs) > 1 or early_stopping_patience):
+        raise BertkitError("without dev data there is nothing to choose runs or stop on: give a dev file or "
+                           "--dev-fraction, or one learning rate, epoch count, batch size and seed")
     train = train or train_one
 
     def run_one(config: dict) -> RunResult:
         start = time.perf_counter()
         set_seed(int(config["seed"]))
         model = build_model()
-        evaluated = []
-
-        def evaluate_in_loop(model) -> dict:  # the loop's last evaluation is the run's dev result
-            evaluated[:] = [evaluate(model)]
-            return {k: v for k, v in evaluated[0][0].items() if isinstance(v, (int, float))}
-
+        tracker = None if evaluate is None else DevTracker(evaluate, score, early_stopping_patience)
+        in_loop = {} if tracker is None else dict(evaluate=tracker.in_loop, eval_steps=eval_steps)
+        if early_stopping_patience:
+            in_loop.update(stop_after_eval=tracker.should_stop, eval_per_epoch=True)
         logged = {} if runs_dir is None else dict(output_dir=Path(runs_dir) / run_name(config),
-                                                  evaluate=evaluate_in_loop, logging_steps=logging_steps,
-                                                  eval_steps=eval_steps)
+                                                  logging_steps=logging_steps, eval_steps=eval_steps)
+        if runs_dir is not None or early_stopping_patience:
+            logged.update(in_loop)
         train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
               weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
-        metrics, outputs = evaluated[0] if evaluated else evaluate(model)
-        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)),
+        if tracker is None:
+            metrics, outputs = {}, {}
+        elif tracker.kept is not None:
+            tracker.finish(model)
+            metrics, outputs = tracker.kept
+        else:
+            metrics, outputs = evaluate(model)
+        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)) if metrics else 0.0,
                          seconds=time.perf_counter() - start, artifacts=(model, outputs))
 
     def report(result: RunResult) -> None:
-        shown = " ".join(f"{k} {100 * v:.2f}" for k, v in result.metrics.items() if isinstance(v, float))
-        log.info(f"{label}: {config_text(result.config)}: dev score {100 * result.score:.2f} ({shown}) "
+        if evaluate is None:
+            log.info(f"{label}: {config_text(result.config)}: trained in {result.seconds:.1f} s (no dev data)")
+            return
+        shown = " ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, float))
+        log.info(f"{label}: {config_text(result.config)}: dev score {result.score:.4f} ({shown}) "
                  f"in {result.seconds:.1f} s")
 
     identity = {"task": label, "train_features": len(train_features), "warmup_ratio": warmup_ratio,
                 "weight_decay": weight_decay, **(identity or {})}
+    if early_stopping_patience:
+        identity["early_stopping_patience"] = early_stopping_patience
     return run_sweep(configs, run_one, on_run=report, state_dir=runs_dir, resume=resume, identity=identity)

@@ -120,18 +120,23 @@ def dist_info() -> tuple[int, int]:
 
 def fit(model: nn.Module, phases: Phase | list[Phase], args: TrainArgs,
         evaluate: Callable[[nn.Module], dict] | None = None,
-        batch_metrics: Callable[[dict, dict], dict] | None = None) -> TrainResult:
+        batch_metrics: Callable[[dict, dict], dict] | None = None,
+        stop_after_eval: Callable[[dict], bool] | None = None) -> TrainResult:
     """Train `model` through `phases`; the learning-rate schedule spans all of them.
 
     `evaluate(model) -> dict` runs every `eval_steps` and at the end (on rank 0, in eval mode).
     `batch_metrics(batch, outputs) -> {name: (correct, total)}` adds running accuracies to the logs.
+    `stop_after_eval(metrics) -> bool` ends training after an evaluation that returns True (early
+    stopping, decided by the caller); that evaluation is then the run's last.
     """
-    return Trainer(model, phases, args, evaluate, batch_metrics).run()
+    return Trainer(model, phases, args, evaluate, batch_metrics, stop_after_eval).run()
 
 
 class Trainer:
-    def __init__(self, model, phases, args: TrainArgs, evaluate=None, batch_metrics=None):
+    def __init__(self, model, phases, args: TrainArgs, evaluate=None, batch_metrics=None, stop_after_eval=None):
         self.model = model
+        self.stop_after_eval = stop_after_eval
+        self.stop_requested = False
         self.phases = [phases] if isinstance(phases, Phase) else list(phases)
         self.args = args
         self.evaluate = evaluate
@@ -216,7 +221,8 @@ class Trainer:
             for record in self.eval_history:  # the step-0 evaluation made while calibrating
                 self.log.write(record)
         stopped_early = self.train_all_phases()
-        self.run_eval()
+        if not self.stop_requested:  # an early stop has just evaluated this model
+            self.run_eval()
         if self.out_dir is not None and self.is_main and args.save_final_model:
             self.model.save_pretrained(self.out_dir, tokenizer=args.tokenizer)
         self.write_summary(stopped_early)
@@ -399,6 +405,8 @@ class Trainer:
                     if self.plan.eval_steps and self.global_step % self.plan.eval_steps == 0 \
                             and self.global_step < total:
                         self.run_eval()
+                        if self.stop_requested:
+                            return False
                     if self.plan.save_steps and self.global_step % self.plan.save_steps == 0 \
                             and self.global_step < total:
                         self.save_checkpoint()
@@ -516,6 +524,8 @@ class Trainer:
         self.eval_history.append(record)
         if hasattr(self, "log"):
             self.log.write(record)
+        if self.stop_after_eval is not None and self.stop_after_eval(metrics):
+            self.stop_requested = True
 
     def training_state(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(),

@@ -108,7 +108,7 @@ def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
     assert best.config == dict(learning_rate=3e-5, epochs=3, batch_size=32, seed=1) and best.score == 0.86
     assert best.artifacts[1] == {"dev": [0.86]}
     assert all(r.artifacts is None for r in runs if r is not best)  # only the best run keeps its model
-    assert len(lines) == 4 and "lr 3e-05 epochs 3 batch 32 seed 1: dev score 86.00" in lines[2]
+    assert len(lines) == 4 and "lr 3e-05 epochs 3 batch 32 seed 1: dev score 0.8600" in lines[2]
 
     doc = results_document("TEST", best, runs)
     assert [r["score"] for r in doc["runs"]] == [0.80, 0.84, 0.86, 0.78]

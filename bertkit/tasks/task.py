@@ -1,0 +1,167 @@
+"""What a fine-tuning task is: one object with one interface, which tasks/runner.py drives.
+
+In the spirit of google-research/bert's `DataProcessor` (a task says how to read its files) and
+transformers' data collators (a task says how its examples become model inputs), a task object
+answers, in order:
+
+- `read(skip_bad_rows) -> Splits`: its files into examples (train, dev, test; splits that are
+  scored but do not select, like MNLI's mismatched dev);
+- `encode(examples, tokenizer, max_seq_length) -> features`: examples into model inputs;
+- `HEAD` and `head_config()`: the model class and its config overrides (labels, problem type);
+- `predict(model, examples, features, runtime)` and `score(predictions, examples, split)`: dev
+  predictions and the task's metrics (fractions), `select(metrics)` the score that picks the best
+  run, `metric` the headline (the paper's table cell);
+- `prediction_text(prediction)` and `write_outputs(...)`: prediction files;
+- `defaults`: the paper's (or its anchor's) learning rates, epochs, batch sizes and max length.
+
+The runner does the rest, the same way for every task: the sweep, restarts, dev selection,
+resume, early stopping, results.json, the model folder. A new task is one file with such a class
+and one line in tasks/registry.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+from ..batching import predict_batches
+from .results import write_predictions
+from .sweep import predict_precision
+
+
+@dataclasses.dataclass(frozen=True)
+class Defaults:
+    """A task's settings when no flag says otherwise: `paper` is the protocol of the paper (or its
+    anchor) as a grid; `single` the one run an own-data command makes without `--grid paper`."""
+
+    learning_rates: tuple[float, ...]
+    learning_rate: float | None = None  # the one run's (own-data commands without --grid paper); None: the first
+    epochs: tuple[float, ...] = (3,)
+    batch_sizes: tuple[int, ...] = (32,)
+    max_seq_length: int = 128
+    eval_batch_size: int = 128
+    anchor: str = ""  # where they come from, for --help ("the paper's §4.1 GLUE protocol")
+
+    @property
+    def single_learning_rate(self) -> float:
+        return self.learning_rate if self.learning_rate is not None else self.learning_rates[0]
+
+
+@dataclasses.dataclass
+class Splits:
+    """A task's examples by split. `dev` None: no dev data (one run, no selection); `reported`:
+    splits scored beside dev but not used to select (MNLI's mismatched dev)."""
+
+    train: Sequence
+    dev: Sequence | None
+    test: Sequence | None = None
+    reported: dict[str, Sequence] = dataclasses.field(default_factory=dict)
+    details: dict = dataclasses.field(default_factory=dict)  # what results.json records about the data
+
+    def named(self) -> dict[str, Sequence]:
+        named = {"train": self.train, **({"dev": self.dev} if self.dev is not None else {}),
+                 **({"test": self.test} if self.test is not None else {})}
+        return {**named, **self.reported}
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    """What prediction needs besides the model: the tokenizer, batch size and precision."""
+
+    tokenizer: object
+    eval_batch_size: int
+    precision: str
+    max_seq_length: int
+
+
+class Task:
+    """The interface every fine-tuning task offers (see the module docstring); the methods here are
+    what sentence-level classification does, which most tasks share."""
+
+    name: str  # results.json's "task"
+    label: str  # how logs and folders name it
+    HEAD: type
+    metric: str  # the headline metric
+    selection: str  # results.json's "selection": how the best run is chosen
+    defaults: Defaults
+    output_subdir: str = ""  # under --output (GLUE: the task's folder, so that several tasks share one)
+    requires_dev: bool = False  # a benchmark's protocol selects on dev: no dev data is an error, not one run
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        raise NotImplementedError
+
+    def encode(self, examples: Sequence, tokenizer, max_seq_length: int) -> list[dict]:
+        raise NotImplementedError
+
+    def eval_features(self, examples: Sequence, tokenizer, max_seq_length: int):
+        """What `predict` reads for dev and the reported splits (default: `encode`'s features)."""
+        return self.encode(examples, tokenizer, max_seq_length)
+
+    def head_config(self) -> dict:
+        return {}
+
+    def logits(self, model, features: list[dict], runtime: Runtime) -> list:
+        if not features:
+            return []
+        return predict_batches(model, features, batch_size=runtime.eval_batch_size,
+                               pad_token_id=runtime.tokenizer.pad_token_id,
+                               precision=predict_precision(model, runtime.precision))["logits"]
+
+    def predict(self, model, examples: Sequence, features: list[dict], runtime: Runtime) -> list:
+        raise NotImplementedError
+
+    def score(self, predictions: list, examples: Sequence, split: str) -> dict:
+        raise NotImplementedError
+
+    def evaluate(self, model, examples: Sequence, features: list[dict], runtime: Runtime, split: str):
+        """(metrics, what the prediction files need) for one split."""
+        predictions = self.predict(model, examples, features, runtime)
+        return self.score(predictions, examples, split), predictions
+
+    def select(self, metrics: dict) -> float:
+        return metrics[self.metric]
+
+    def describe(self, splits: Splits, train_features) -> str:
+        """The data, in the run's first log line."""
+        dev = "no" if splits.dev is None else len(splits.dev)
+        return f"{len(train_features)} train / {dev} dev examples"
+
+    def details(self, splits: Splits, train_features) -> dict:
+        """What results.json records about the task and its data."""
+        return dict(splits.details)
+
+    def identity(self, splits: Splits) -> dict:
+        """What a resumed sweep must have in common with the interrupted one, besides the runner's settings."""
+        return {}
+
+    def best_details(self, outputs: dict) -> dict:
+        """What results.json records of the best run's outputs (besides its metrics)."""
+        return {}
+
+    def prediction_text(self, prediction) -> str:
+        return str(prediction)
+
+    def unlabelled(self, features: list[dict]) -> list[dict]:
+        return [{k: v for k, v in f.items() if k != "labels"} for f in features]
+
+    def write_outputs(self, out: Path, model, outputs: dict, splits: Splits, runtime: Runtime) -> dict:
+        """Prediction files for dev (and the reported splits), then for test; returns results.json's additions."""
+        for name, examples in {"dev": splits.dev, **splits.reported}.items():
+            if examples is not None and name in outputs:
+                write_predictions(out / f"{name}_predictions.tsv", [e.index for e in examples],
+                                  [self.prediction_text(p) for p in outputs[name]])
+        return self.write_test(out, model, splits, runtime)
+
+    def write_test(self, out: Path, model, splits: Splits, runtime: Runtime) -> dict:
+        """test_predictions.tsv; a labelled test file is scored too (test_metrics)."""
+        test = splits.test
+        if test is None:
+            return {}
+        features = self.unlabelled(self.encode(test, runtime.tokenizer, runtime.max_seq_length))
+        predictions = self.predict(model, test, features, runtime) if features else []
+        write_predictions(out / "test_predictions.tsv", [e.index for e in test],
+                          [self.prediction_text(p) for p in predictions])
+        if test and all(e.label is not None for e in test):
+            return {"test_metrics": self.score(predictions, test, "test")}
+        return {}
