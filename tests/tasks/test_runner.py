@@ -147,3 +147,22 @@ def test_a_tab_separates_a_pair_in_every_text_input():
 
     assert parse_text("a b\tc d") == ("a b", "c d") and parse_text("a ||| b") == ("a", "b")
     assert parse_text("one text") == ("one text", None)
+
+
+def test_token_classification_holds_out_dev_stops_early_and_trains_without_dev(base_model, tmp_path):
+    sentences = ["Take O\naspirin B-DRUG\ndaily O", "Stop O\nibuprofen B-DRUG\nsodium I-DRUG\nnow O"]
+    (tmp_path / "train.conll").write_text("\n\n".join(sentences * 4) + "\n", encoding="utf-8")  # 8 sentences
+    common = ["finetune", "token-classification", "--model", str(base_model), "--train-file",
+              str(tmp_path / "train.conll"), "--learning-rate", "1e-3", *QUICK]
+    held = tmp_path / "held"
+    assert main([*common, "--output", str(held), "--dev-fraction", "0.25", "--epochs", "4",
+                 "--early-stopping-patience", "1", "--grad-accum", "2"]) == 0
+    results = json.loads((held / "results.json").read_text())
+    assert results["sentences"] == {"train": 6, "valid": 2} and results["best"]["dev"] is not None
+    evaluations = [r for r in map(json.loads, (held / "metrics.jsonl").read_text().splitlines()) if r.get("eval")]
+    assert 2 <= len(evaluations) <= 4  # one per epoch until the patience runs out
+    alone = tmp_path / "alone"
+    assert main([*common, "--output", str(alone)]) == 0
+    results = json.loads((alone / "results.json").read_text())
+    assert results["selection"].startswith("none") and results["best"]["dev"] is None
+    assert (alone / "model" / "model.safetensors").is_file()
