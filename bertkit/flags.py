@@ -145,3 +145,45 @@ def add_deprecated_alias(parser, old: str, new: str, **kwargs) -> None:
 
     dest = new.lstrip("-").replace("-", "_")
     parser.add_argument(old, dest=dest, action=Deprecated, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+
+
+# ---------------------------------------------------------------- wall-clock budgets
+
+# A budget is N seconds, Ns, Nm, Nh (N may have a fraction: 1.5h) or NhNm (whole numbers: 1h30m), nothing else:
+# a looser pattern read `1.5.5m` as 1.5 s + .5 min. A week is far beyond any run bertkit plans (the paper's
+# pre-training took 4 days on 16 TPU chips); a larger figure is a typo, and would plan absurd step counts.
+BUDGET_PATTERN = re.compile(r"(?:(\d+(?:\.\d+)?)([smh]?)|(\d+)h(\d+)m)")
+BUDGET_CEILING_SECONDS = 7 * 24 * 3600
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text) -> float:
+    """'900', '90s', '15m', '1.5h', '1h30m' -> seconds in (0, one week]; ValueError with the reason otherwise."""
+    if isinstance(text, bool):
+        raise ValueError(f"time budget {text!r} is not a duration such as 900, 15m, 1h or 1h30m")
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    else:
+        match = BUDGET_PATTERN.fullmatch(str(text).strip().lower())
+        if not match:
+            raise ValueError(f"time budget {text!r} is not a duration: give N seconds, Ns, Nm, Nh or NhNm "
+                             "(e.g. 900, 15m, 1.5h, 1h30m)")
+        if match.group(1) is not None:
+            seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        else:
+            if int(match.group(4)) >= 60:
+                raise ValueError(f"time budget {text!r}: the minutes of NhNm must be below 60")
+            seconds = int(match.group(3)) * 3600 + int(match.group(4)) * 60
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"time budget must be positive, not {text!r}")
+    if seconds > BUDGET_CEILING_SECONDS:
+        raise ValueError(f"time budget {text!r} is more than a week ({BUDGET_CEILING_SECONDS} s); give at most 168h")
+    return seconds
+
+
+def duration(text: str) -> float:
+    """argparse type for --time-budget."""
+    try:
+        return duration_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -146,3 +146,77 @@ def _finite_or_none(value):
 def write_json(path: str | Path, data, indent: int | None = 2) -> None:
     """Strict JSON (non-finite numbers written as null), atomically."""
     atomic_write_text(path, json.dumps(_finite_or_none(data), indent=indent, allow_nan=False) + "\n")
+
+
+# ---------------------------------------------------------------- one check for every command's output file
+
+STDOUT = "-"  # `--output -`: the result goes to standard output (text formats only)
+
+# The extensions each format is recognised by; an output's format follows its extension.
+EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv", ".tab": "tsv", ".csv": "csv",
+              ".txt": "text", ".npy": "npy", ".safetensors": "safetensors", ".onnx": "onnx", ".png": "png"}
+BINARY_FORMATS = ("npy", "safetensors", "onnx", "png")
+
+
+def is_stdout(path) -> bool:
+    return str(path) == STDOUT
+
+
+def output_format(path: str | Path, formats: tuple[str, ...], given: str | None = None,
+                  default: str | None = None) -> str:
+    """The format an output is written in: `given` (a --format flag), else the one its extension names.
+    An extension that names none of `formats` is refused in one line (an `emb.npy` that holds JSON lines
+    would mislead every reader); so is a binary format on standard output. `default` applies to a
+    path without an extension and to standard output."""
+    suffix = "" if is_stdout(path) else Path(path).suffix.lower()
+    named = EXTENSIONS.get(suffix)
+    if given is not None:
+        fmt = given
+        if named is not None and named != fmt and suffix != ".txt":
+            raise BertkitError(f"the extension {suffix} names {named}, but the format asked is {fmt}; rename the "
+                               "output or drop the format flag", path=str(path))
+    elif named is not None:
+        fmt = named
+    elif (not suffix or is_stdout(path)) and default is not None:
+        fmt = default
+    else:
+        raise BertkitError(f"cannot tell the output format from {'no extension' if not suffix else repr(suffix)}: "
+                           f"name the file {' or '.join('.' + f for f in formats)}", path=str(path))
+    if fmt not in formats:
+        raise BertkitError(f"this command writes {', '.join(formats)}, not {fmt}; name the file "
+                           f"{' or '.join('.' + f for f in formats)}", path=str(path))
+    if is_stdout(path) and fmt in BINARY_FORMATS:
+        raise BertkitError(f"{fmt} is a binary format: give a file name, not - (standard output)")
+    return fmt
+
+
+def folder_files(folder: str | Path | None) -> list[Path]:
+    """Every file of a model (or data) folder: each is an input that no output may replace."""
+    if folder is None or not Path(folder).is_dir():
+        return [Path(folder)] if folder is not None and Path(folder).exists() else []
+    return [p for p in Path(folder).iterdir() if p.is_file()]
+
+
+def check_output(path: str | Path, inputs: Iterable[str | Path | None] = (), overwrite: bool = False,
+                 formats: tuple[str, ...] | None = None, given_format: str | None = None,
+                 default_format: str | None = None) -> str | None:
+    """The single pre-flight check of a command's output file, before any work: standard output is
+    fine (text formats); an input (through symbolic or hard links) is never replaced, --overwrite
+    or not; an existing file only with --overwrite; the format must follow the extension. Returns the
+    format (None when `formats` is not given). Creates nothing."""
+    fmt = output_format(path, formats, given_format, default_format) if formats else None
+    if not is_stdout(path):
+        check_output_file(path, inputs=[p for p in inputs if p is not None], overwrite=overwrite)
+    return fmt
+
+
+@contextlib.contextmanager
+def output_stream(path: str | Path, mode: str = "w") -> Iterator:
+    """Where a text result goes: standard output for `-`, else an atomic file (complete or absent)."""
+    if is_stdout(path):
+        import sys
+        yield sys.stdout.buffer if "b" in mode else sys.stdout
+        (sys.stdout.buffer if "b" in mode else sys.stdout).flush()
+        return
+    with atomic_open(path, mode) as handle:
+        yield handle

@@ -304,7 +304,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pre-training data directory (bertkit create-pretraining-data); the held-out one is --eval-data"
                         " (--data: the old spelling, deprecated; it will be removed in the next release)")
     p.add_argument("--output", required=True, help="run directory: model, checkpoints, metrics.jsonl")
-    p.add_argument("--time-budget", help="wall-clock budget, e.g. 15m, 1h, 4h: the step count is measured to fit "
+    p.add_argument("--time-budget", type=flags.duration,
+                   help="wall-clock budget: N seconds, Ns, Nm, Nh or NhNm (e.g. 900, 15m, 1.5h, 1h30m; at most a "
+                   "week): the step count is measured to fit "
                    "it, the learning rate reaches zero at its end, and settings not given come from the recipe "
                    "measured best for it")
     p.add_argument("--model-config", help="size preset (tiny, mini, small, medium, base, large) or config.json "

@@ -12,26 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 from ..errors import BertkitError
-
-_UNITS = {"s": 1, "m": 60, "h": 3600}
-
+from ..flags import duration_seconds
 
 def parse_duration(text: str | float | int) -> float:
-    """'90s', '15m', '1.5h', '1h30m' or a number of seconds -> seconds (> 0)."""
-    if isinstance(text, (int, float)):
-        seconds = float(text)
-    else:
-        s = str(text).strip().lower()
-        parts = re.fullmatch(r"((?:\d+(?:\.\d*)?|\.\d+)[smh]?)+", s) and re.findall(r"(\d+(?:\.\d*)?|\.\d+)([smh]?)", s)
-        if not parts:
-            raise BertkitError(f"time budget {text!r} is not a duration such as 900, 15m, 1h or 1h30m")
-        seconds = sum(float(number) * _UNITS[unit or "s"] for number, unit in parts)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise BertkitError(f"time budget must be positive, not {text!r}")
-    return seconds
+    """'900', '90s', '15m', '1.5h', '1h30m' -> seconds (> 0, at most a week): flags.duration_seconds,
+    the one budget parser, with its refusal as a BertkitError."""
+    try:
+        return duration_seconds(text)
+    except ValueError as e:
+        raise BertkitError(str(e)) from None
 
 
 @dataclasses.dataclass
