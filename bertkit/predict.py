@@ -6,9 +6,11 @@ for classification, `text` for NER, fill-mask and embeddings, `question` + `cont
 `context` (or `question`) + `choices` (a JSON list, or columns choice0, choice1, ...) for multiple
 choice; --text-column etc. rename them. Any `id` field is copied to the output.
 
-Output: JSONL (one object per input, in input order) or TSV (by the output's extension, or
---output-format), written to a temporary file that replaces FILE only when every input has been
-predicted. Inputs are read and predicted in chunks (streamed) through the shared inference engine
+Output: JSONL (one object per input, in input order), TSV or CSV (fields holding a tab, comma,
+quote or line break quoted), or for embeddings a .npy / .safetensors array (one row per input, in
+input order): the format follows the extension (another is refused), `-` is standard output. The
+output is written to a temporary file that replaces FILE only when every input has been predicted;
+an existing FILE needs --overwrite, and an input (or a model file) is never replaced. Inputs are read and predicted in chunks (streamed) through the shared inference engine
 (length-grouped batches, unpadded fast path), with a progress bar on a terminal.
 
 Results per task: text-classification {"label", "score", "scores"} (regression models: {"value"});
@@ -21,7 +23,6 @@ embeddings {"embedding": [...]} (the folder's pooling and normalisation).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import sys
@@ -29,12 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
+from . import flags
 from .answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from .errors import BertkitError
-from .outputs import atomic_write
+from .outputs import atomic_write, check_output, folder_files, is_stdout, output_stream
+from .tables import TableWriter, distinct_columns, open_text, require_columns, table_rows, text_lines
 from .inference import InferenceEngine
 from .kernels.int8 import QUANTIZE_CHOICES
 from .pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
@@ -47,45 +51,28 @@ CHUNK = 1024  # inputs read, predicted and written together
 # ---------------------------------------------------------------- reading inputs
 
 
-def _decoded_lines(handle: IO[bytes], name: str) -> Iterator[tuple[int, str]]:
-    for number, raw in enumerate(handle, start=1):
-        try:
-            yield number, raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as e:
-            raise BertkitError(f"not valid UTF-8 ({e.reason})", name, number) from None
-
-
-def read_records(handle: IO[bytes], name: str, fmt: str, text_fields: list[str]) -> Iterator[tuple[int, dict]]:
-    """(line, record) per input; plain text lines map onto `text_fields` (tab-separated)."""
-    lines = _decoded_lines(handle, name)
-    if fmt == "jsonl":
-        for number, line in lines:
-            if not line.strip():
-                continue
+def read_records(handle: IO[str], name: str, fmt: str, text_fields: list[str],
+                 required: list[str] = ()) -> Iterator[tuple[int, dict]]:
+    """(line, record) per input; plain text lines map onto `text_fields` (tab-separated). CSV / TSV go
+    through the one table reader (tables.py: quoted line breaks, BOM, any line ending, duplicate or
+    missing columns refused by name)."""
+    if fmt in ("csv", "tsv"):
+        header, rows = table_rows(handle, name, fmt)
+        require_columns(header, list(required), name)
+        yield from rows
+        return
+    for number, line in text_lines(handle, name):
+        if not line.strip():
+            continue
+        if fmt == "jsonl":
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BertkitError(f"invalid JSON ({e.msg})", name, number) from None
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise BertkitError(f"invalid JSON ({getattr(e, 'msg', 'nested too deeply')})", name, number) from None
             if not isinstance(record, dict):
                 raise BertkitError("expected a JSON object per line", name, number)
             yield number, record
-    elif fmt in ("csv", "tsv"):
-        first = next(lines, None)
-        if first is None:
-            return
-        delimiter = "," if fmt == "csv" else "\t"
-        header = next(csv.reader([first[1]], delimiter=delimiter))
-        for number, line in lines:
-            if not line.strip():
-                continue
-            values = next(csv.reader([line], delimiter=delimiter))
-            if len(values) != len(header):
-                raise BertkitError(f"{len(values)} fields but the header has {len(header)}", name, number)
-            yield number, dict(zip(header, values))
-    else:
-        for number, line in lines:
-            if not line.strip():
-                continue
+        else:
             values = line.split("\t")
             if len(values) > len(text_fields):
                 raise BertkitError(f"{len(values)} tab-separated fields; expected at most {len(text_fields)} "
@@ -154,10 +141,14 @@ def _ner_result(engine, record, rows, outputs, options):
 
 def _qa_rows(engine, record, options, where):
     try:
-        return qa_windows(engine, _field(record, "question", where), _field(record, "context", where),
-                          doc_stride=options.doc_stride, truncate=True, max_seq_len=options.max_seq_length)
+        windows = qa_windows(engine, _field(record, "question", where), _field(record, "context", where),
+                             doc_stride=options.doc_stride, truncate=True, max_seq_len=options.max_seq_length)
     except BertkitError as e:
         raise BertkitError(e.message, *where) from None
+    if all(len(w["input_ids"]) - w["context_start"] - 1 == 0 for w in windows):
+        raise BertkitError("the context has no text the tokenizer keeps (only spaces or control characters): "
+                           "there is nothing to answer from", *where)
+    return windows
 
 
 def _qa_result(engine, record, rows, outputs, options):
@@ -204,7 +195,9 @@ def _fill_mask_rows(engine, record, options, where):
 
 
 def _fill_mask_result(engine, record, rows, outputs, options):
-    per_mask = fill_mask_results(engine.tokenizer, rows[0], outputs[0]["logits"], options.top_k)
+    # --top-k beyond the vocabulary means every token: capped at the vocabulary size (a top-k can list no more).
+    per_mask = fill_mask_results(engine.tokenizer, rows[0], outputs[0]["logits"],
+                                 min(options.top_k, outputs[0]["logits"].shape[-1]))
     return {"predictions": per_mask[0] if len(per_mask) == 1 else per_mask}
 
 
@@ -231,60 +224,120 @@ TASKS = {t.name: t for t in (
 # ---------------------------------------------------------------- the run
 
 
-def _tsv_value(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text.replace("\t", " ").replace("\n", " ")
+def _cell(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+# What each task's results can be written as: text tables, or (embeddings) an array file.
+TEXT_OUTPUTS = ("jsonl", "tsv", "csv")
+ARRAY_OUTPUTS = ("npy", "safetensors")
+
+
+def output_formats(task: str) -> tuple[str, ...]:
+    return TEXT_OUTPUTS + (ARRAY_OUTPUTS if task == "embeddings" else ())
+
+
+def required_columns(task: str, options) -> list[str]:
+    """The columns a CSV / TSV input must have for `task` (refused by name before any prediction)."""
+    if task == "question-answering":
+        return ["question", "context"]
+    if task == "multiple-choice":
+        return []
+    return [options.text_column]
+
+
+class _Results:
+    """Writes results in input order as JSON lines, a CSV / TSV table (a header from the first
+    result; every row the same columns) or, for embeddings, one array (rows in input order)."""
+
+    def __init__(self, handle, fmt: str, name: str):
+        self.handle, self.fmt, self.name = handle, fmt, name
+        self.table = TableWriter(handle, fmt) if fmt in ("tsv", "csv") else None
+        self.columns, self.arrays = None, []
+
+    def add(self, line: int, result: dict) -> None:
+        if self.fmt == "jsonl":
+            self.handle.write(json.dumps(result, ensure_ascii=False) + "\n")
+        elif self.table is not None:
+            if self.columns is None:
+                self.columns = list(result)
+                self.table.writerow(self.columns)
+            if set(result) - set(self.columns):
+                extra = ", ".join(sorted(set(result) - set(self.columns)))
+                raise BertkitError(f"this input has field(s) {extra} that the first input lacks: a {self.fmt.upper()} "
+                                   "output needs the same columns on every row (write .jsonl instead)", self.name, line)
+            self.table.writerow([_cell(result.get(c, "")) for c in self.columns])
+        else:
+            self.arrays.append(result["embedding"])
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self.arrays, dtype=np.float32)
 
 
 def predict_file(task: str, model_dir: str | Path, input_path: str, output_path: str, options,
                  input_format: str | None = None, output_format: str | None = None, device: str = "auto",
-                 precision: str = "auto", progress: bool | None = None, quantize: str = "none") -> int:
-    """Predict every input of `input_path` (or stdin for "-"); returns the number of inputs."""
+                 precision: str = "auto", progress: bool | None = None, quantize: str = "none",
+                 overwrite: bool = False) -> int:
+    """Predict every input of `input_path` (or stdin for "-") into `output_path` (stdout for "-");
+    returns the number of inputs. Before any work: the output must not be an input (the model
+    folder's files included), nor exist unless `overwrite`, and its extension must name a format
+    this task writes. The output appears only complete: an input that fails (or turns out empty)
+    leaves an earlier output as it was."""
     spec = TASKS[task]
-    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens, quantize=quantize)
-    if engine.task not in spec.model_tasks:
-        raise BertkitError(f"predict {task} needs a model for {' or '.join(spec.model_tasks)}; this folder holds a "
-                           f"{type(engine.model).__name__} ({engine.task})", path=str(model_dir))
     in_format = _format_of(input_path, input_format, ("jsonl", "csv", "tsv", "text"), "text")
-    out_format = _format_of(output_path, output_format, ("jsonl", "tsv"), "jsonl")
+    out_format = check_output(output_path, inputs=[None if input_path == "-" else input_path,
+                                                   *folder_files(model_dir)],
+                              overwrite=overwrite, formats=output_formats(task), given_format=output_format,
+                              default_format="jsonl")
     name = "<stdin>" if input_path == "-" else input_path
     if input_path != "-" and not Path(input_path).is_file():
         raise BertkitError("input file not found", path=input_path)
     renamed = {"text": options.text_column, "text_pair": options.text_pair_column}
+    distinct_columns({"--text-column": options.text_column, "--text-pair-column": options.text_pair_column})
     fields = [renamed.get(f, f) for f in spec.fields]
-    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens, quantize=quantize)
+    if engine.task not in spec.model_tasks:
+        raise BertkitError(f"predict {task} needs a model for {' or '.join(spec.model_tasks)}; this folder holds a "
+                           f"{type(engine.model).__name__} ({engine.task})", path=str(model_dir))
+    if not is_stdout(output_path):
+        Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     count = 0
 
-    def write(tmp: str) -> None:
+    def predict_into(out) -> None:
         nonlocal count
-        handle = sys.stdin.buffer if input_path == "-" else open(input_path, "rb")
+        handle = open_text(input_path, newline="" if in_format in ("csv", "tsv") else None)
         try:
-            with open(tmp, "w", encoding="utf-8") as out:
-                records = read_records(handle, name, in_format, fields)
-                bar = tqdm(desc=f"predict {task}", unit=" inputs", disable=(not sys.stderr.isatty()) if progress is None else not progress)
-                header_written = False
-                for chunk in _chunks(records, CHUNK):
-                    results = _predict_chunk(engine, spec, chunk, options, name)
-                    for (line, record), result in zip(chunk, results):
-                        if "id" in record:
-                            result = {"id": record["id"], **result}
-                        if out_format == "jsonl":
-                            out.write(json.dumps(result, ensure_ascii=False) + "\n")
-                        else:
-                            if not header_written:
-                                out.write("\t".join(result) + "\n")
-                                header_written = True
-                            out.write("\t".join(_tsv_value(v) for v in result.values()) + "\n")
-                    count += len(chunk)
-                    bar.update(len(chunk))
-                bar.close()
+            records = read_records(handle, name, in_format, fields, required_columns(task, options))
+            bar = tqdm(desc=f"predict {task}", unit=" inputs",
+                       disable=(not sys.stderr.isatty()) if progress is None else not progress)
+            results = _Results(out, out_format, name)
+            for chunk in _chunks(records, CHUNK):
+                for (line, record), result in zip(chunk, _predict_chunk(engine, spec, chunk, options, name)):
+                    results.add(line, {"id": record["id"], **result} if "id" in record else result)
+                count += len(chunk)
+                bar.update(len(chunk))
+            bar.close()
         finally:
-            if handle is not sys.stdin.buffer:
+            if input_path != "-":
                 handle.close()
+        if count == 0:  # raised before the rename: an existing output stays as it was
+            raise BertkitError("no inputs found", path=name)
+        return results
 
-    atomic_write(Path(output_path), write)
-    if count == 0:
-        raise BertkitError("no inputs found", path=name)
+    if out_format in ARRAY_OUTPUTS:
+        def write_array(tmp: str) -> None:
+            matrix = predict_into(None).array()
+            if out_format == "npy":
+                with open(tmp, "wb") as f:
+                    np.save(f, matrix)
+            else:
+                from safetensors.numpy import save_file
+                save_file({"embeddings": matrix}, tmp)
+
+        atomic_write(Path(output_path), write_array)
+    else:
+        with output_stream(output_path) as out:
+            predict_into(out)
     return count
 
 
@@ -318,10 +371,15 @@ def _command(task: str):
         def add_predict_arguments(parser) -> None:
             parser.add_argument("--model", required=True, help="fine-tuned model folder (Hugging Face layout)")
             parser.add_argument("--input", required=True, help="text, .csv, .tsv or .jsonl file; - for stdin")
-            parser.add_argument("--output", required=True, help=".jsonl or .tsv file (written atomically)")
+            parser.add_argument("--output", required=True,
+                                help=f"{', '.join('.' + f for f in output_formats(task))} file (the format follows the "
+                                     "extension; written atomically), or - for standard output (JSON lines)")
+            parser.add_argument("--overwrite", action="store_true",
+                                help="replace an existing output file (never an input, with or without this flag)")
             parser.add_argument("--input-format", choices=("text", "csv", "tsv", "jsonl"), default=None,
                                 help="default: from the input's extension (text otherwise)")
-            parser.add_argument("--output-format", choices=("jsonl", "tsv"), default=None)
+            parser.add_argument("--output-format", choices=TEXT_OUTPUTS, default=None,
+                                help="for - (standard output) or a name without extension; an extension must agree")
             parser.add_argument("--text-column", default="text", help="field holding the text (default text)")
             parser.add_argument("--text-pair-column", default="text_pair", help="field holding the second text")
             parser.add_argument("--no-truncate", dest="truncate", action="store_false",
@@ -331,19 +389,22 @@ def _command(task: str):
                                 help="token-classification: one entity per token (none, the default, as "
                                      "transformers' pipeline), B-/I- runs (simple), or runs after a vote per "
                                      "word (first, average, max)")
-            parser.add_argument("--top-k", type=int, default=QUESTION_ANSWERING["top_k"] if task == "question-answering"
-                                else FILL_MASK["top_k"], help="answers (QA) or tokens (fill-mask) per input")
-            parser.add_argument("--max-answer-length", type=int, default=QUESTION_ANSWERING["max_answer_len"],
+            parser.add_argument("--top-k", type=flags.positive_int,
+                                default=QUESTION_ANSWERING["top_k"] if task == "question-answering" else FILL_MASK["top_k"],
+                                help="answers (QA) or tokens (fill-mask, capped at the vocabulary size) per input")
+            parser.add_argument("--max-answer-length", type=flags.positive_int,
+                                default=QUESTION_ANSWERING["max_answer_len"],
                                 help="QA: longest answer in tokens (default %(default)s, transformers' pipeline; "
                                      "Google's run_squad.py and `bertkit squad`: 30)")
-            parser.add_argument("--doc-stride", type=int, default=QUESTION_ANSWERING["doc_stride"],
+            parser.add_argument("--doc-stride", type=flags.positive_int, default=QUESTION_ANSWERING["doc_stride"],
                                 help="QA: window step over long contexts")
-            parser.add_argument("--max-seq-length", type=int, default=QUESTION_ANSWERING["max_seq_len"],
+            parser.add_argument("--max-seq-length", type=flags.int_between(4), default=QUESTION_ANSWERING["max_seq_len"],
                                 help="QA: tokens per window (question + context)")
             parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                                 help="embeddings: --normalize / --no-normalize (default: as the model folder says)")
-            parser.add_argument("--max-batch-tokens", type=int, default=16384, help="padded tokens per forward pass")
-            parser.add_argument("--device", default="auto")
+            parser.add_argument("--max-batch-tokens", type=flags.positive_int, default=16384,
+                                help="padded tokens per forward pass")
+            parser.add_argument("--device", type=flags.device, default="auto")
             parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
             parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                                 help="int8: the encoder's Linear layers in dynamic int8 (CPU; faster, "
@@ -351,10 +412,9 @@ def _command(task: str):
 
         @staticmethod
         def run_predict(args) -> int:
-            if args.top_k < 1:
-                raise BertkitError("--top-k must be at least 1")
             count = predict_file(task, args.model, args.input, args.output, args, args.input_format,
-                                 args.output_format, args.device, args.precision, quantize=args.quantize)
+                                 args.output_format, args.device, args.precision, quantize=args.quantize,
+                                 overwrite=args.overwrite)
             log.info(f"predict {task}: {count} inputs -> {args.output}")
             return 0
 

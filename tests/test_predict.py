@@ -137,7 +137,7 @@ def test_a_bad_row_names_file_and_line_and_leaves_the_old_output(classifier_dir,
     output = tmp_path / "out.jsonl"
     output.write_text("previous results\n")
     assert main(["predict", "text-classification", "--model", str(classifier_dir), "--input", str(source),
-                 "--output", str(output)]) == 2
+                 "--output", str(output), "--overwrite"]) == 2
     assert f"error: {source}:3: missing or empty field 'text'" in capsys.readouterr().err
     assert output.read_text() == "previous results\n"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl")]  # no temporary left behind

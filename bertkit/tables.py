@@ -1,0 +1,134 @@
+"""One reader for the CSV / TSV tables users bring (predict inputs, own-data fine-tuning files).
+
+csv module semantics throughout: a quoted field may hold the delimiter, quotes or line breaks;
+any line ending (LF, CRLF, CR alone) ends a record; a UTF-8 byte-order mark (Excel's "CSV UTF-8")
+is not part of the first column's name. The header must name each column once: two columns
+named "text" would leave it to chance which one the model reads. Every problem is one
+BertkitError naming the file and the record's first line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from pathlib import Path
+from typing import IO, Callable, Iterator, Sequence
+
+from .errors import BertkitError
+
+DELIMITERS = {"csv": ",", "tsv": "\t"}
+
+
+def open_text(path: str | Path, newline: str | None = None) -> IO[str]:
+    """The file (or stdin for `-`) as UTF-8 text, a leading byte-order mark dropped. newline="" for
+    csv (it finds the line ends itself, quoted ones included); None splits on LF, CRLF and CR alike."""
+    if str(path) == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", newline=newline)
+    if not Path(path).is_file():
+        raise BertkitError("input file not found" if not Path(path).exists() else "not a file", path=str(path))
+    return open(path, encoding="utf-8-sig", newline=newline)
+
+
+def text_lines(handle: IO[str], name: str) -> Iterator[tuple[int, str]]:
+    """(line number, line without its ending) for a text or JSON lines file; not UTF-8 is one error."""
+    number = 0
+    try:
+        for number, line in enumerate(handle, start=1):
+            yield number, line.rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise BertkitError(f"not valid UTF-8 ({e.reason})", name, number + 1) from None
+
+
+def check_header(header: Sequence[str], name: str) -> list[str]:
+    """Column names, stripped; an empty header or a name given twice is refused by name."""
+    names = [h.strip() for h in header]
+    if not any(names):
+        raise BertkitError("empty file: expected a header row naming the columns", name, 1)
+    seen = set()
+    for column in names:
+        if column in seen:
+            raise BertkitError(f"the header names column {column!r} twice; rename one", name, 1)
+        seen.add(column)
+    return names
+
+
+def require_columns(header: Sequence[str] | None, columns: dict[str, str | None] | Sequence[str | None],
+                    name: str) -> None:
+    """Every column a flag names must be in the header (JSON lines, header None, are checked per row).
+    `columns`: {flag: column} (the message names the flag) or a plain list of columns."""
+    if header is None:
+        return
+    named = columns.items() if isinstance(columns, dict) else ((None, c) for c in columns)
+    missing = [(flag, c) for flag, c in named if c is not None and c not in header]
+    if missing:
+        shown = ", ".join(f"{c!r}" + (f" ({flag})" if flag else "") for flag, c in missing)
+        raise BertkitError(f"no column {shown}; the columns are {', '.join(header)}", name, 1)
+
+
+def distinct_columns(columns: dict[str, str | None]) -> None:
+    """Two roles may not share a column: `--text-column label --label-column label` would let the
+    model read its own answer."""
+    seen: dict[str, str] = {}
+    for flag, column in columns.items():
+        if column is None:
+            continue
+        if column in seen:
+            raise BertkitError(f"{seen[column]} and {flag} both name column {column!r}; each needs its own column")
+        seen[column] = flag
+
+
+def table_rows(handle: IO[str], name: str, fmt: str,
+               bad: Callable[[int, str], None] | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """(header, iterator of (first line of the record, {column: value})) for a CSV or TSV table opened
+    with open_text(..., newline=""). Blank records are skipped; a record with the wrong number of
+    fields goes to `bad(line, problem)` (which may skip it or raise), or stops the read."""
+    reader = csv.reader(handle, delimiter=DELIMITERS[fmt])
+    try:
+        header = next(reader, None)
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise BertkitError(f"unreadable {fmt.upper()} header ({getattr(e, 'reason', e)})", name, 1) from None
+    if header is None:
+        raise BertkitError("empty file: expected a header row naming the columns", name, 1)
+    header = check_header(header, name)
+
+    def rows() -> Iterator[tuple[int, dict]]:
+        start = reader.line_num + 1
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:  # a NUL byte, a field over the size limit, an unclosed quote at the end
+                raise BertkitError(f"unreadable {fmt.upper()} record ({e})", name, start) from None
+            except UnicodeDecodeError as e:
+                raise BertkitError(f"not valid UTF-8 ({e.reason})", name, start) from None
+            if any(f.strip() for f in fields):
+                if len(fields) != len(header):
+                    problem = (f"{len(fields)} {'comma' if fmt == 'csv' else 'tab'}-separated fields, but the header "
+                               f"has {len(header)} ({', '.join(header)})")
+                    if bad is None:
+                        raise BertkitError(problem, name, start)
+                    bad(start, problem)
+                else:
+                    yield start, dict(zip(header, fields))
+            start = reader.line_num + 1
+
+    return header, rows()
+
+
+class TableWriter:
+    """CSV or TSV rows: a field holding the delimiter, a quote, CR or LF is quoted (RFC 4180, as csv
+    readers and spreadsheets expect), never written raw where it would split a record. (Python 3.11's
+    csv.writer leaves a lone CR unquoted when the line ends in LF.)"""
+
+    def __init__(self, handle: IO[str], fmt: str):
+        self.handle, self.delimiter = handle, DELIMITERS[fmt]
+
+    def field(self, value: str) -> str:
+        if any(c in value for c in (self.delimiter, '"', "\r", "\n")):
+            return '"' + value.replace('"', '""') + '"'
+        return value
+
+    def writerow(self, values: Sequence[str]) -> None:
+        self.handle.write(self.delimiter.join(self.field(v) for v in values) + "\n")
