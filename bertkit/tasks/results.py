@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import BertkitError
-from ..outputs import atomic_write_text
+from ..outputs import atomic_open, atomic_write_text
+from ..tables import TableWriter
 from .runs import RunResult, run_name
 
 # The metric values a TaskResult holds are fractions (0..1); the SQuAD evaluators report percent.
@@ -80,8 +81,11 @@ def results_document(task: str, best: RunResult, runs: list[RunResult], extra: d
 def write_predictions(path: Path, indices: Sequence, predictions: Sequence) -> None:
     if len(indices) != len(predictions):
         raise BertkitError(f"{len(predictions)} predictions for {len(indices)} examples", path=str(path))
-    lines = ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(indices, predictions)]
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    with atomic_open(path) as handle:  # an id holding a tab or line break is quoted, never written raw
+        table = TableWriter(handle, "tsv")
+        table.writerow(["index", "prediction"])
+        for i, p in zip(indices, predictions):
+            table.writerow([str(i), str(p)])
 
 
 def publish_best_metrics(runs_dir: str | Path, best: RunResult, output_dir: str | Path) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import BertkitError
+from ..tables import check_header, distinct_columns
 from .examples import BadRows, Examples
 from .glue import GlueExample
 from .multiple_choice import MultipleChoiceExample, read_utf8
@@ -57,6 +58,7 @@ def read_table(path: str | Path, bad: BadRows, fmt: str | None = None) -> tuple[
         raise BertkitError(f"unreadable {fmt.upper()} header ({e})", path=str(path), line=1) from None
     if header is None or not any(h.strip() for h in header):
         raise BertkitError(f"empty file: expected a header row naming the columns", path=str(path), line=1)
+    header = check_header(header, str(path))  # a column named twice is refused by name
     return header, _csv_rows(reader, header, fmt, bad, str(path))
 
 
@@ -140,13 +142,19 @@ def read_text_file(path: str | Path, text_column: str, label_column: str | None,
     label column, or with labels_optional (a test file) when the row's label is empty), index = the
     id column or (rows without one) the row's line number."""
     path = Path(path)
+    distinct_columns({"--text-column": text_column, "--text-pair-column": text_pair_column,
+                      "--label-column": label_column})
     bad = BadRows(path, skip_bad_rows)
     header, rows = read_table(path, bad, fmt)
     has_labels = label_column is not None and (header is None or label_column in header)
-    require_columns(header, [text_column, text_pair_column] + ([] if labels_optional else [label_column]), path)
+    require_columns(header, [text_column, text_pair_column, id_column] + ([] if labels_optional else [label_column]),
+                    path)
     examples = []
     for line, row in rows:
         problem = None
+        if id_column and id_column not in row:  # JSON lines: a row without the id named by --id-column
+            bad(line, f"no field {id_column!r} (--id-column)")
+            continue
         text = text_value(row, text_column)
         pair = text_value(row, text_pair_column) if text_pair_column else None
         label = label_value(row.get(label_column)) if has_labels else None
@@ -180,6 +188,7 @@ def is_regression(train: Examples, regression: bool | None) -> bool:
     since that is what such columns usually are; --regression makes them scores."""
     if regression is False:
         return False
+    _refuse_non_finite(train)
     numbers = [_number(e.label) for e in train]
     if regression:
         for example, value in zip(train, numbers):
@@ -188,6 +197,21 @@ def is_regression(train: Examples, regression: bool | None) -> bool:
                                    line=example.line)
         return True
     return all(v is not None for v in numbers) and any(not v.is_integer() for v in numbers)
+
+
+def _refuse_non_finite(train: Examples) -> None:
+    """A score column holding nan or inf is broken data, not extra classes: refused at its line (a
+    column of words where one class happens to be called "nan" is left alone)."""
+    values = []
+    for example in train:
+        try:
+            values.append(float(example.label))
+        except (TypeError, ValueError):
+            return
+    for example, value in zip(train, values):
+        if not math.isfinite(value):
+            raise BertkitError(f"label {example.label!r} is not a finite number: a score column needs finite "
+                               "values (fix or drop the row)", path=str(train.path), line=example.line)
 
 
 def sorted_labels(labels) -> list[str]:
@@ -234,7 +258,10 @@ def read_choice_file(path: str | Path, question_column: str, choice_columns: Seq
     bad = BadRows(path, skip_bad_rows)
     header, rows = read_table(path, bad, fmt)
     choice_columns = list(choice_columns)
-    require_columns(header, [question_column, context_column, *choice_columns], path)
+    distinct_columns({"--question-column": question_column, "--context-column": context_column,
+                      "--label-column": label_column,
+                      **{f"--choice-columns ({c})": c for c in choice_columns}})
+    require_columns(header, [question_column, context_column, id_column, *choice_columns], path)
     has_labels = label_column is not None and (header is None or label_column in header)
     examples, count = [], None
     for row_number, (line, row) in enumerate(rows):
