@@ -16,12 +16,17 @@ from safetensors.torch import save_file
 from .errors import BertkitError
 from .heads import TASK_CLASSES
 from .hub import WEIGHTS_NAME, atomic_write
+from .outputs import check_output_dir, check_output_file, folder_files
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, infer_do_lower_case
 from .tokenizer import BertTokenizer
 
 
+OUTPUT_FILES = (WEIGHTS_NAME, "config.json", "vocab.txt", "tokenizer_config.json")
+
+
 def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: str | Path | None = None,
-                          vocab_file: str | Path | None = None, do_lower_case: bool | None = None) -> dict:
+                          vocab_file: str | Path | None = None, do_lower_case: bool | None = None,
+                          overwrite: bool = False) -> dict:
     """Convert; returns a summary (architecture, counts, do_lower_case). `source` is a folder or a
     checkpoint prefix; bert_config.json and vocab.txt default to the checkpoint's folder (a
     fine-tuning output folder has neither: pass the pre-trained model's)."""
@@ -29,6 +34,12 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: s
     folder = checkpoint.prefix.parent
     config_file = Path(config_file) if config_file else folder / BERT_CONFIG_NAME
     vocab_file = Path(vocab_file) if vocab_file else folder / "vocab.txt"
+    # Before any work: no output file may be an input (converting in place would rewrite vocab.txt), or
+    # replace an earlier conversion without --overwrite.
+    check_output_dir(output, overwrite=True)
+    for name in OUTPUT_FILES:
+        check_output_file(Path(output) / name, inputs=[*folder_files(folder), config_file, vocab_file],
+                          overwrite=overwrite)
     config = checkpoint.config(config_file)
     if not vocab_file.is_file():
         raise BertkitError("vocab.txt not found (the original model's vocabulary: pass it with --vocab)",
@@ -40,7 +51,7 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: s
             tokenizer = BertTokenizer(vocab_file, do_lower_case=False)
     # The length limit the Hugging Face copies of Google's checkpoints declare: the model's positions.
     tokenizer.model_max_length = config.max_position_embeddings
-    if tokenizer.vocab_size > config.vocab_size:
+    if tokenizer.vocab_size != config.vocab_size:
         raise BertkitError(f"the vocabulary has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                            f"{config.vocab_size} (is this the model's vocab.txt?)", path=vocab_file)
 
@@ -71,6 +82,8 @@ def add_arguments(parser) -> None:
                         help="original TensorFlow checkpoint: a folder (bert_config.json, vocab.txt, *.ckpt.index) "
                              "or a checkpoint prefix such as DIR/model.ckpt-1000")
     parser.add_argument("--output", required=True, help="folder to write (Hugging Face layout)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier conversion's files in --output (never the checkpoint's own files)")
     parser.add_argument("--config", help="bert_config.json (default: beside the checkpoint)")
     parser.add_argument("--vocab", help="vocab.txt (default: beside the checkpoint)")
     case = parser.add_mutually_exclusive_group()
@@ -80,7 +93,8 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> dict:
-    summary = convert_tf_checkpoint(args.from_tf, args.output, args.config, args.vocab, args.do_lower_case)
+    summary = convert_tf_checkpoint(args.from_tf, args.output, args.config, args.vocab, args.do_lower_case,
+                                    overwrite=args.overwrite)
     labels = f", {summary['num_labels']} labels" if summary["num_labels"] else ""
     print(f"wrote {summary['output']}: {summary['architecture']}{labels}, {summary['tensors']} tensors "
           f"({summary['skipped']} optimizer slots / global_step skipped), "

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from . import kernels
+from . import flags, kernels
 from .errors import BertkitError
 from .heads import load_model
-from .outputs import atomic_write
+from .outputs import atomic_write, check_output, folder_files
 from .inference import TASKS
 from .kernels.int8 import QUANTIZE_CHOICES
 
@@ -57,7 +57,8 @@ def output_names_for(model) -> tuple[str, ...]:
     return ("logits",)
 
 
-def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quantize: str = "none") -> Path:
+def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quantize: str = "none",
+                overwrite: bool = False) -> Path:
     """Write the model folder's model as ONNX to `output` (atomically); returns the path.
 
     quantize "int8": the graph's MatMuls with int8 weights (a scale per output channel) and uint8
@@ -73,6 +74,9 @@ def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quan
     slightly closer to fp32 but ~20% slower on an AVX2 EPYC."""
     if quantize not in QUANTIZE_CHOICES:
         raise BertkitError(f"quantize must be one of {', '.join(QUANTIZE_CHOICES)}, not {quantize!r}")
+    # Before any work: the model folder's files are inputs (an --output M/model.safetensors would put the
+    # graph in place of the weights), an existing file needs --overwrite, and the name must say .onnx.
+    check_output(output, inputs=folder_files(model_dir), overwrite=overwrite, formats=FORMATS)
     if quantize == "int8":
         try:
             from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -120,14 +124,15 @@ def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quan
 def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="model folder (Hugging Face layout)")
     parser.add_argument("--format", default="onnx", choices=FORMATS)
-    parser.add_argument("--output", required=True, help="file to write (e.g. model.onnx)")
-    parser.add_argument("--opset", type=int, default=18, help="ONNX opset version (default 18)")
+    parser.add_argument("--output", required=True, help="file to write, named .onnx (e.g. model.onnx)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output (never a model file)")
+    parser.add_argument("--opset", type=flags.int_between(7, 25), default=18, help="ONNX opset version (default 18)")
     parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                         help="int8: dynamic int8 MatMuls via onnxruntime.quantization (needs onnxruntime)")
 
 
 def run_from_args(args) -> int:
-    path = export_onnx(args.model, args.output, args.opset, args.quantize)
+    path = export_onnx(args.model, args.output, args.opset, args.quantize, overwrite=args.overwrite)
     kind = "ONNX, int8 dynamic quantisation" if args.quantize == "int8" else "ONNX"
     print(f"export: {args.model} -> {path} ({kind}, dynamic batch and sequence axes)")
     return 0

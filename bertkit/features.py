@@ -26,7 +26,8 @@ from .device import autocast, pick_device, resolve_precision
 from .errors import BertkitError
 from .hub import load_tokenizer
 from .model import BertModel
-from .outputs import atomic_open, atomic_write, atomic_write_text, check_output_file
+from .outputs import (atomic_open, atomic_write, atomic_write_text, check_output_file, is_stdout, output_format,
+                      output_stream)
 
 POOLS = ("concat", "sum", "mean", "first", "none")
 FORMATS = ("jsonl", "npy", "safetensors")
@@ -184,7 +185,7 @@ def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers
     stream = iter_features(model, tokenizer, texts, layers, pool, batch_size, max_seq_length, device, precision, progress)
     count = 0
     if fmt == "jsonl":
-        with atomic_open(output) as handle:  # appears only complete; a failure leaves no partial file
+        with output_stream(output) as handle:  # `-`: stdout; a file appears only complete; a failure leaves no partial file
             for index, tokens, features in stream:
                 handle.write(json.dumps(_jsonl_record(index, tokens, features, layers, pool)) + "\n")
                 count += 1
@@ -247,7 +248,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--input", required=True, help="one text per line; a tab between the two texts of a pair, as "
                                                        "`bertkit predict` reads them ('A ||| B', the original's, also read)")
     parser.add_argument("--model", required=True, help="model directory (Hugging Face layout); the encoder is frozen")
-    parser.add_argument("--output", required=True, help="output file")
+    parser.add_argument("--output", required=True,
+                        help="output file: .jsonl, .npy or .safetensors (the format follows the extension), "
+                             "or - for JSON lines on standard output")
     parser.add_argument("--layers", default="-1,-2,-3,-4",
                         help="comma list: 0 = embeddings, 1..L layers, negative from the end (default -1,-2,-3,-4)")
     parser.add_argument("--pool", choices=POOLS, default="none",
@@ -273,6 +276,8 @@ def add_arguments(parser) -> None:
 
 def check_feature_outputs(output: str | Path, fmt: str, inputs, overwrite: bool) -> None:
     """Before extracting: no output file (or sidecar) may be an input, a non-file, or exist unless overwrite."""
+    if is_stdout(output):
+        return
     output = Path(output)
     sidecars = _array_paths(output)
     paths = [output] + ([] if fmt == "jsonl" else [sidecars["tokens"]]) + ([sidecars["offsets"]] if fmt == "npy" else [])
@@ -281,7 +286,7 @@ def check_feature_outputs(output: str | Path, fmt: str, inputs, overwrite: bool)
 
 
 def run_from_args(args) -> int:
-    fmt = args.format or {".npy": "npy", ".safetensors": "safetensors"}.get(Path(args.output).suffix, "jsonl")
+    fmt = output_format(args.output, FORMATS, args.format, default="jsonl")  # an extension that names none: refused
     check_feature_outputs(args.output, fmt, inputs=[args.input, *Path(args.model).glob("*")],
                           overwrite=args.overwrite)
     texts = read_feature_inputs(args.input)
@@ -290,7 +295,7 @@ def run_from_args(args) -> int:
     summary = write_features(model, tokenizer, texts, args.output, _parse_layers(args.layers), args.pool, fmt,
                              args.dtype, args.eval_batch_size, args.max_seq_length, args.device, args.precision,
                              progress=sys.stderr.isatty())
-    print(json.dumps(summary))
+    print(json.dumps(summary), file=sys.stderr if is_stdout(args.output) else sys.stdout)  # stdout may hold the features
     return 0
 
 

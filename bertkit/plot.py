@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from .errors import BertkitError
-from .outputs import atomic_write
+from .outputs import atomic_write, check_output_file
 
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:
@@ -58,14 +58,19 @@ WALL_CLOCK_FIGURE = ("heldout_vs_time.png", [("mlm_accuracy", "held-out MLM acc.
                                              ("nsp_accuracy", "held-out NSP acc.")])
 
 
-def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: str | None = None) -> list[Path]:
+def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: str | None = None,
+             overwrite: bool = True) -> list[Path]:
     import matplotlib  # heavy (about a second to import): only `bertkit plot` and reproduce's curves need it
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
     train, evals = read_metrics(run_dir)
+    if not train and not evals:
+        raise BertkitError("no records to plot (the file is empty)", path=str(Path(run_dir) / "metrics.jsonl"))
     out = Path(output_dir or run_dir)
+    for name in (*FIGURES, DEV_FIGURE, WALL_CLOCK_FIGURE[0]):  # before drawing: refuse what would be replaced
+        check_output_file(out / name, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, series in FIGURES.items():
@@ -119,7 +124,7 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        atomic_write(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
         written.append(out / name)
     plt.close(fig)
     return written
@@ -128,9 +133,10 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a pre-training or fine-tuning output directory with metrics.jsonl")
     p.add_argument("--output", help="where the PNGs go (default: the run directory)")
+    p.add_argument("--overwrite", action="store_true", help="replace PNGs an earlier plot wrote there")
 
 
 def run_from_args(args) -> int:
-    for path in plot_run(args.run_dir, args.output):
+    for path in plot_run(args.run_dir, args.output, overwrite=args.overwrite):
         print(path)
     return 0
