@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from .config import BertConfig
 from .device import parse_dtype
 from .errors import BertkitError
+from .finite import check_finite_tensors
 from .outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
 from .tokenizer import BertTokenizer
@@ -161,6 +162,7 @@ class PreTrainedMixin:
                     f"{tuple(own[key].shape)} in the model (check vocab_size / hidden_size / num_labels)",
                     path=source,
                 )
+        check_finite_tensors(mapped, source)  # a NaN weight would give NaN everywhere, silently
         missing = sorted(set(own) - set(mapped))
         if complete:
             check_complete(missing, sorted(unexpected), self.config, require_head, source)

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from ..device import autocast, pick_device, resolve_precision
 from ..errors import BertkitError
+from ..finite import check_finite_loss, check_finite_weights
 from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_training_state, rng_state,
                          set_rng_state, set_seed)
 from .metrics_log import MetricsLog, MetricsWindow
@@ -334,6 +335,8 @@ class Trainer:
         with context:
             with autocast(self.device, self.precision):
                 out = self.train_model(**batch)
+            # Before backward: a non-finite loss stops the run here, the weights and checkpoints untouched.
+            check_finite_loss(float(out["loss"].detach()), self.global_step + 1)
             (out["loss"] / group_len).backward()
         return batch, out
 
@@ -544,6 +547,7 @@ class Trainer:
             dist.all_gather_object(rngs, rng_state())
             state["rng"] = rngs
         if self.is_main:
+            check_finite_weights(self.model, self.global_step)  # a diverged model never replaces a good checkpoint
             self.checkpointer.save(self.model, self.global_step, state)
 
     def write_summary(self, stopped_early: bool) -> None:
