@@ -220,3 +220,35 @@ def output_stream(path: str | Path, mode: str = "w") -> Iterator:
         return
     with atomic_open(path, mode) as handle:
         yield handle
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """A folder written in full under a temporary name beside `path`, then put in its place (an
+    earlier one replaced only then); on any failure (a full disk, an interrupt) the temporary
+    folder is removed and an earlier `path` is left as it was."""
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, _folder_mode())
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / "previous")
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _folder_mode() -> int:
+    """0777 minus the process umask: what mkdir() would give (mkdtemp gives 0700)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o777 & ~mask

@@ -39,6 +39,7 @@ import torch
 from .config import BertConfig
 from .errors import BertkitError
 from .heads import BertForPreTraining
+from .outputs import atomic_open, atomic_write_text
 from .plot import plot_run
 from .pretraining.corpus import iter_documents
 from .pretraining.create import create_pretraining_data
@@ -218,9 +219,7 @@ class Stages:
         started = time.perf_counter()
         result = fn(directory)
         record = {"key": key, "config": config, "result": result, "seconds": time.perf_counter() - started}
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-        os.replace(tmp, marker)
+        atomic_write_text(marker, json.dumps(record, indent=2, default=str) + "\n")
         self.records[name] = record
         self.ran.append(name)
         log.info(f"[{name}] done in {record['seconds']:.1f}s")
@@ -273,7 +272,7 @@ def slice_corpus(files: list[Path], out: Path, documents: int, heldout: int, max
 
 
 def _write_documents(path: Path, docs: list[list[str]]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:
         for doc in docs:
             f.write("\n".join(doc) + "\n\n")
 
@@ -344,7 +343,7 @@ def make_bilstm(run: Reproduction, d: Path) -> dict:
             shutil.copy(f, d / f.name)
     config = json.loads((d / "config.json").read_text())
     config["bilstm_hidden_size"] = config["hidden_size"]
-    (d / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    atomic_write_text(d / "config.json", json.dumps(config, indent=2) + "\n")
     return {"model": str(d)}
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from . import __version__
+from .outputs import atomic_write_text
 from .metrics.seeds import NOISE_RULE, Gap, compare_seeds, seed_stats
 from .tasks.registry import BENCHMARKS
 
@@ -228,7 +229,7 @@ def write_report(out: Path, budget: dict, data_dir: Path, stages, corpus: dict, 
     for name, rec in stages.records.items():
         lines.append(f"| {name} | {rec['seconds']:.1f} |")
     lines += ["", "## What this budget can and cannot show", "", _limits_text(corpus, pre), ""]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
     report = {"budget": budget["name"], "seconds": seconds, "precision": precision, "corpus": corpus,
               "pretraining": pre, "finetune": results, "tasks": tasks,
               "models": {k: str(v) for k, v in model_dirs.items()},
@@ -236,7 +237,7 @@ def write_report(out: Path, budget: dict, data_dir: Path, stages, corpus: dict, 
               "noise_rule": NOISE_RULE, "findings": said,
               "stages": {k: {"seconds": v["seconds"], "key": v["key"]} for k, v in stages.records.items()},
               "stages_run_this_time": stages.ran, "paper_table5": PAPER_TABLE5}
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    atomic_write_text(out / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     return report
 
 

@@ -27,6 +27,7 @@ from ..config import BertConfig
 from ..errors import BertkitError
 from ..heads import BertForMaskedLM, BertForPreTraining
 from ..metrics import perplexity
+from ..outputs import atomic_write_text
 from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
@@ -296,7 +297,7 @@ def finish_output(output: Path, model, restore_dropout: float | None, recipe, de
     run_record = {**run_record, "steps": result.global_step,
                   "plan": result.plan.to_dict() if result.plan is not None else None,
                   "stopped_early": result.stopped_early}
-    (output / "pretrain_args.json").write_text(json.dumps(run_record, indent=2) + "\n")
+    atomic_write_text(output / "pretrain_args.json", json.dumps(run_record, indent=2) + "\n")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -144,8 +144,13 @@ class SweepState:
         tmp, best = self.directory / "best.tmp", self.directory / "best"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        artifacts = encode_artifacts(result.artifacts, tmp, [])
-        atomic_write_text(tmp / ARTIFACTS, json.dumps({"run": run_name(result.config), "artifacts": artifacts}) + "\n")
+        try:
+            artifacts = encode_artifacts(result.artifacts, tmp, [])
+            atomic_write_text(tmp / ARTIFACTS, json.dumps({"run": run_name(result.config), "artifacts": artifacts})
+                              + "\n")
+        except BaseException:  # a full disk or an interrupt: no half-written best.tmp left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         shutil.rmtree(best, ignore_errors=True)  # an interruption here: restore() reruns the best run
         os.replace(tmp, best)
 

@@ -9,7 +9,6 @@ checkpoint that belongs to another run.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from ..errors import BertkitError
 from ..hub import WEIGHTS_NAME, read_safetensors
+from ..outputs import atomic_folder
 
 STATE_NAME = "training_state.pt"
 
@@ -83,12 +83,9 @@ class Checkpointer:
 
     def save(self, model, step: int, state: dict) -> Path:
         final = self.output_dir / f"checkpoint-{step}"
-        tmp = self.output_dir / f".checkpoint-{step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, tokenizer=self.tokenizer)
-        torch.save(state, tmp / STATE_NAME)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        with atomic_folder(final) as tmp:  # a failed save (disk full) leaves no half checkpoint behind
+            model.save_pretrained(tmp, tokenizer=self.tokenizer)
+            torch.save(state, tmp / STATE_NAME)
         self._prune()
         return final
 
