@@ -28,7 +28,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path

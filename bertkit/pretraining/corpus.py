@@ -185,6 +185,18 @@ class _DocumentBuilder:
         return document
 
 
+def _lines_any_ending(reader) -> Iterator[bytes]:
+    """Lines ended by LF, CRLF or a lone CR (old Mac files, some exports): a binary file iterates on LF
+    only, which would read a CR-only corpus as one line."""
+    for chunk in reader:
+        if b"\r" not in chunk:
+            yield chunk
+            continue
+        ended = chunk.endswith(b"\n")
+        parts = chunk.replace(b"\r\n", b"\n").rstrip(b"\n").split(b"\r") if ended else chunk.split(b"\r")
+        yield from parts
+
+
 def read_corpus_file(
     path: str | os.PathLike,
     *,
@@ -237,7 +249,7 @@ def read_corpus_file(
         return builder.add(text)
 
     try:
-        for line_bytes in reader:
+        for line_bytes in _lines_any_ending(reader):
             line_number += 1
             try:
                 text = line_bytes.decode("utf-8")

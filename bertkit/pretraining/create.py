@@ -59,7 +59,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import __version__, flags
-from ..errors import BertkitError
+from ..errors import BertkitError, reading
 from ..outputs import atomic_open, check_output_file
 from ..tokenizer import BertTokenizer
 from .corpus import (
@@ -128,6 +128,17 @@ class _BlockResult:
 
 
 _worker_state: dict = {}
+
+
+def _refuse_special_only(vocab_file: Path) -> None:
+    """A vocabulary of [PAD], [UNK], [CLS] ... alone would turn every word into [UNK]: instances of
+    nothing, reported as a success."""
+    with reading(vocab_file, "vocabulary file"), open(vocab_file, encoding="utf-8") as f:
+        words = [t for t in (line.strip() for line in f) if t and not (t.startswith("[") and t.endswith("]"))]
+    if not words:
+        raise BertkitError("the vocabulary holds only special tokens ([PAD], [UNK], [CLS], ...): every word would "
+                           "become [UNK]; give a WordPiece vocabulary (bertkit train-tokenizer makes one)",
+                           path=str(vocab_file))
 
 
 def _load_tokenizer(vocab: str):
@@ -430,6 +441,7 @@ def create_pretraining_data(
     vocab_file = vocab_path / "vocab.txt" if vocab_path.is_dir() else vocab_path
     if not vocab_file.is_file():
         raise BertkitError("vocabulary file not found", path=str(vocab_file))
+    _refuse_special_only(vocab_file)
     tokenizer = _load_tokenizer(str(vocab_path))
     output_dir = Path(output_dir)
     if dump_jsonl is not None:  # before any work: never write over an input, a link, a device ...
