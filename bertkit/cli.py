@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 
+from . import __version__
 from .errors import BertkitError
 
 # command -> (module[:attribute] with add_arguments/run_from_args, one-line help)
@@ -51,6 +52,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug-level logging")
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
         impl = _load(target)

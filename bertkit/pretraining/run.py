@@ -142,6 +142,18 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         recipe = dataclasses.replace(recipe, position_init=PAPER.position_init)
         deviations = deviations_from_paper(recipe, budget)
     longest = first_data.max_seq_length
+    static = objective == "mlm" and recipe.masked_lm_prob is None and (masking or first_data.masking) == "static"
+    if recipe.short_seq_length and static and recipe.short_seq_length < longest:
+        # Cutting pairs shorter puts masked tokens back, so a short phase needs masks drawn at load time.
+        if short_seq_length is not None:
+            raise BertkitError(f"--short-seq-length {short_seq_length} cuts pairs shorter, which needs dynamic "
+                               "masking: this data stores static masks; add --masking dynamic", path=data)
+        # The budget recipe fits the data it is given: no short phase, said in the log and the config.
+        log.info("the data stores static masks, which a shorter cut would undo: the recipe's short-sequence phase "
+                 "(len %d) is skipped; pass --masking dynamic to keep it", recipe.short_seq_length)
+        recipe = dataclasses.replace(recipe, short_seq_length=0, short_seq_fraction=0.0)
+        deviations = deviations_from_paper(recipe, budget)
+        deviations.append("the budget recipe's short-sequence phase skipped: the data stores static masks")
     if recipe.short_seq_length and recipe.short_seq_length >= longest:
         if short_seq_length is not None:
             raise BertkitError(f"--short-seq-length {short_seq_length} cuts nothing: the data's pairs are at most "
