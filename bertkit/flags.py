@@ -152,7 +152,7 @@ def add_deprecated_alias(parser, old: str, new: str, **kwargs) -> None:
 # A budget is N seconds, Ns, Nm, Nh (N may have a fraction: 1.5h) or NhNm (whole numbers: 1h30m), nothing else:
 # a looser pattern read `1.5.5m` as 1.5 s + .5 min. A week is far beyond any run bertkit plans (the paper's
 # pre-training took 4 days on 16 TPU chips); a larger figure is a typo, and would plan absurd step counts.
-BUDGET_PATTERN = re.compile(r"(?:(\d+(?:\.\d+)?)([smh]?)|(\d+)h(\d+)m)")
+BUDGET_PATTERN = re.compile(r"(?:(\d+(?:\.\d+)?)([smh]?)|(\d+)h(\d+)m)", re.ASCII)
 BUDGET_CEILING_SECONDS = 7 * 24 * 3600
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
