@@ -252,3 +252,12 @@ def _folder_mode() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return 0o777 & ~mask
+
+
+def check_not_an_input_folder(output_dir: str | Path, inputs: dict[str, str | Path | None]) -> None:
+    """An output folder that is one of the input folders ({flag: folder}) would have its files (a model's
+    weights, a data set's vocab.txt) replaced by the run's: refused, --overwrite or not."""
+    for flag, folder in inputs.items():
+        if folder is not None and Path(folder).is_dir() and _same_file(Path(output_dir), Path(folder)):
+            raise BertkitError(f"the output folder is also the {flag} folder; its files would be replaced: "
+                               "choose another --output", path=str(output_dir))

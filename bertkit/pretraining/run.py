@@ -27,7 +27,7 @@ from ..config import BertConfig
 from ..errors import BertkitError
 from ..heads import BertForMaskedLM, BertForPreTraining
 from ..metrics import perplexity
-from ..outputs import atomic_write_text
+from ..outputs import atomic_write_text, check_not_an_input_folder
 from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
@@ -124,6 +124,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
     if objective not in ("mlm", "ltr"):
         raise BertkitError(f"--objective must be mlm or ltr, not {objective!r}")
     budget = parse_duration(time_budget) if time_budget is not None else None
+    check_not_an_input_folder(output, {"--init-from": init_from, "--train-data": data, "--eval-data": eval_data,
+                                       "--phase2-data": phase2_data})
     if init_from is not None and model_config is not None:
         raise BertkitError("give --init-from or --model-config, not both (the checkpoint brings its own config)")
     if init_from is not None and position_init is not None:
