@@ -71,6 +71,11 @@ def load_budget(name_or_path: str) -> dict:
         budget = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise BertkitError(f"budget is not valid JSON: {e.msg}", path=str(path), line=e.lineno) from None
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise BertkitError(f"budget is not UTF-8 JSON text ({getattr(e, 'reason', 'nested too deeply')})",
+                           path=str(path)) from None
+    if not isinstance(budget, dict):
+        raise BertkitError("a budget file holds a JSON object", path=str(path))
     budget["_path"] = str(path)
     check_budget(budget)
     return budget
