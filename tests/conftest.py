@@ -73,7 +73,16 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-long", action="store_true",
+                     help="run the fuzz layer (tests/fuzz) with 500 random examples per property instead of the "
+                          "bounded, derandomized default (nightly-style; hours on a small machine)")
+
+
 def pytest_configure(config):
+    if config.getoption("--fuzz-long", default=False):
+        # Read by tests/fuzz/fuzz_strategies.py when the fuzz modules are imported (after this hook).
+        os.environ["BERTKIT_FUZZ_EXAMPLES"] = os.environ.get("BERTKIT_FUZZ_EXAMPLES") or "500"
     # Tests run as parallel workers (pytest-xdist) and subprocesses on a small machine: one thread
     # each. torch's default of one thread per core oversubscribes the cores, and its spinning
     # threads then wait on each other (10x slower here).

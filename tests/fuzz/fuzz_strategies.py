@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -22,8 +23,15 @@ from bertkit.heads import BertForQuestionAnswering
 from bertkit.model import BertModel
 
 # Bounded and derandomized so the layer is repeatable and stays well under 90 s on one core.
-# BERTKIT_FUZZ_EXAMPLES=N runs N random examples per test instead (a deeper hunt, new ones each time).
+# BERTKIT_FUZZ_EXAMPLES=N (or `pytest --fuzz-long`, conftest.py: 500) runs N random examples per test
+# instead (a deeper hunt, new ones each time).
 DEEP = int(os.environ.get("BERTKIT_FUZZ_EXAMPLES", "0"))
+# A command that runs longer than this on the fuzz layer's tiny inputs is taken to hang.
+HANG_SECONDS = 120
+
+
+class Hang(BaseException):
+    """Raised by the alarm inside a hung command (a BaseException: the CLI's handlers must not catch it)."""
 FUZZ = settings(max_examples=DEEP or 30, deadline=None, derandomize=not DEEP, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
@@ -104,9 +112,17 @@ def run_cli_stderr(argv: list[str], capsys, stdin: bytes | None = None) -> tuple
     saved = sys.stdin
     if stdin is not None:
         sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+
+    def hung(signum, frame):
+        raise Hang(f"no answer in {HANG_SECONDS} s: {argv}")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(HANG_SECONDS)
     try:
         code = main([str(a) for a in argv])
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
         sys.stdin = saved
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
