@@ -26,8 +26,8 @@ from .device import autocast, pick_device, resolve_precision
 from .errors import BertkitError
 from .hub import load_tokenizer
 from .model import BertModel
-from .outputs import (atomic_open, atomic_write, atomic_write_text, check_output_file, is_stdout, output_format,
-                      output_stream)
+from .outputs import (atomic_open, atomic_write, atomic_write_text, check_not_an_input, check_output_file, is_stdout,
+                      output_format, output_stream)
 
 POOLS = ("concat", "sum", "mean", "first", "none")
 FORMATS = ("jsonl", "npy", "safetensors")
@@ -286,6 +286,7 @@ def check_feature_outputs(output: str | Path, fmt: str, inputs, overwrite: bool)
 
 
 def run_from_args(args) -> int:
+    check_not_an_input(args.output, [args.input, *Path(args.model).glob("*")])
     fmt = output_format(args.output, FORMATS, args.format, default="jsonl")  # an extension that names none: refused
     check_feature_outputs(args.output, fmt, inputs=[args.input, *Path(args.model).glob("*")],
                           overwrite=args.overwrite)

@@ -20,6 +20,11 @@ from typing import Callable, Iterable, Iterator
 from .errors import BertkitError
 
 OVERWRITE_HINT = "pass --overwrite to replace it"
+STDOUT = "-"  # `--output -`: the result goes to standard output (text formats only)
+
+
+def is_stdout(path) -> bool:
+    return str(path) == STDOUT
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -63,6 +68,15 @@ def _same_file(a: Path, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one of them does not exist (yet)
         return os.path.abspath(os.path.realpath(a)) == os.path.abspath(os.path.realpath(b))
+
+
+def check_not_an_input(path: str | Path, inputs: Iterable[str | Path | None]) -> None:
+    """Refuse an output that is one of the inputs (symbolic and hard links resolved); stdout never is."""
+    if is_stdout(path):
+        return
+    for source in inputs:
+        if source is not None and str(source) != STDOUT and _same_file(Path(path), Path(source)):
+            raise BertkitError(f"output is also an input ({source}); refusing to destroy it", path=str(path))
 
 
 def check_output_file(path: str | Path, inputs: Iterable[str | Path] = (), overwrite: bool = False) -> Path:
@@ -150,16 +164,11 @@ def write_json(path: str | Path, data, indent: int | None = 2) -> None:
 
 # ---------------------------------------------------------------- one check for every command's output file
 
-STDOUT = "-"  # `--output -`: the result goes to standard output (text formats only)
 
 # The extensions each format is recognised by; an output's format follows its extension.
 EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".tsv": "tsv", ".tab": "tsv", ".csv": "csv",
               ".txt": "text", ".npy": "npy", ".safetensors": "safetensors", ".onnx": "onnx", ".png": "png"}
 BINARY_FORMATS = ("npy", "safetensors", "onnx", "png")
-
-
-def is_stdout(path) -> bool:
-    return str(path) == STDOUT
 
 
 def output_format(path: str | Path, formats: tuple[str, ...], given: str | None = None,
@@ -204,6 +213,7 @@ def check_output(path: str | Path, inputs: Iterable[str | Path | None] = (), ove
     fine (text formats); an input (through symbolic or hard links) is never replaced, --overwrite
     or not; an existing file only with --overwrite; the format must follow the extension. Returns the
     format (None when `formats` is not given). Creates nothing."""
+    check_not_an_input(path, inputs)  # the gravest mistake is named first
     fmt = output_format(path, formats, given_format, default_format) if formats else None
     if not is_stdout(path):
         check_output_file(path, inputs=[p for p in inputs if p is not None], overwrite=overwrite)
