@@ -185,7 +185,7 @@ def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers
     stream = iter_features(model, tokenizer, texts, layers, pool, batch_size, max_seq_length, device, precision, progress)
     count = 0
     if fmt == "jsonl":
-        with output_stream(output) as handle:  # `-`: stdout; a file appears only complete; a failure leaves no partial file
+        with output_stream(output) as handle:  # `-`: stdout; a file appears only complete, or not at all
             for index, tokens, features in stream:
                 handle.write(json.dumps(_jsonl_record(index, tokens, features, layers, pool)) + "\n")
                 count += 1
@@ -296,7 +296,8 @@ def run_from_args(args) -> int:
     summary = write_features(model, tokenizer, texts, args.output, _parse_layers(args.layers), args.pool, fmt,
                              args.dtype, args.eval_batch_size, args.max_seq_length, args.device, args.precision,
                              progress=sys.stderr.isatty())
-    print(json.dumps(summary), file=sys.stderr if is_stdout(args.output) else sys.stdout)  # stdout may hold the features
+    # With `--output -` stdout holds the features: the summary goes to stderr.
+    print(json.dumps(summary), file=sys.stderr if is_stdout(args.output) else sys.stdout)
     return 0
 
 

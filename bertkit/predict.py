@@ -10,8 +10,9 @@ Output: JSONL (one object per input, in input order), TSV or CSV (fields holding
 quote or line break quoted), or for embeddings a .npy / .safetensors array (one row per input, in
 input order): the format follows the extension (another is refused), `-` is standard output. The
 output is written to a temporary file that replaces FILE only when every input has been predicted;
-an existing FILE needs --overwrite, and an input (or a model file) is never replaced. Inputs are read and predicted in chunks (streamed) through the shared inference engine
-(length-grouped batches, unpadded fast path), with a progress bar on a terminal.
+an existing FILE needs --overwrite, and an input (or a model file) is never replaced. Inputs are
+read and predicted in chunks (streamed) through the shared inference engine (length-grouped
+batches, unpadded fast path), with a progress bar on a terminal.
 
 Results per task: text-classification {"label", "score", "scores"} (regression models: {"value"});
 token-classification {"entities": [{"entity_group", "score", "word", "start", "end"}]} with
