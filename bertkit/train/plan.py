@@ -95,14 +95,23 @@ def plan_for_budget(budget: float, elapsed: float, fractions: list[float], calib
     paid for first: `eval_points` evaluations (the last one after the final step), `save_points`
     checkpoints plus the final model, and a safety `margin`.
     """
-    left = budget - elapsed - margin - eval_points * calibration.eval_seconds \
-        - (save_points + 1) * calibration.save_seconds
     per_step = sum(f * t for f, t in zip(fractions, calibration.seconds_per_step))
-    total = int(left / per_step) if per_step > 0 else 0
+
+    def extras(evals: int, saves: int) -> float:
+        return elapsed + margin + evals * calibration.eval_seconds + (saves + 1) * calibration.save_seconds
+
+    total = int((budget - extras(eval_points, save_points)) / per_step) if per_step > 0 else 0
+    if total < 1 and (eval_points > 1 or save_points > 0):
+        # A short budget runs the steps that fit: intermediate evaluations and checkpoints go first (the
+        # final evaluation and the final model stay), rather than refusing a budget that can train.
+        eval_points, save_points = min(eval_points, 1), 0
+        total = int((budget - extras(eval_points, save_points)) / per_step) if per_step > 0 else 0
     if total < 1:
+        needed = math.ceil(extras(eval_points, save_points) + per_step)
         raise BertkitError(
             f"the time budget of {budget:.0f} s leaves no time to train: a step takes {per_step:.2f} s and "
-            f"{elapsed:.0f} s went to loading and measuring; give a larger --time-budget or a smaller model")
+            f"{elapsed:.0f} s went to loading and measuring; the smallest budget that trains here is about "
+            f"{needed} s: give at least that, or a smaller model")
     steps = [max(1, round(total * f)) for f in fractions]
     steps[0] = max(1, total - sum(steps[1:]))
     total = sum(steps)
