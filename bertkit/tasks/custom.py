@@ -96,7 +96,8 @@ class TextClassificationTask(Task):
         read = functools.partial(read_text_file, text_column=c["text"], label_column=c["label"],
                                  text_pair_column=c["text_pair"], id_column=c["id"], skip_bad_rows=skip_bad_rows,
                                  fmt=self.file_format)
-        train = read(self.files["train"])  # every row with a label (checked while reading)
+        # Every row with a label (checked while reading); ids name the predictions, of dev and test only.
+        train = read(self.files["train"], id_column=None)
         self.regression = is_regression(train, self.regression)
         labels = None if self.regression else sorted_labels(e.label for e in train)
         if labels is not None and len(labels) < 2:

@@ -261,7 +261,7 @@ def read_choice_file(path: str | Path, question_column: str, choice_columns: Seq
     distinct_columns({"--question-column": question_column, "--context-column": context_column,
                       "--label-column": label_column,
                       **{f"--choice-columns ({c})": c for c in choice_columns}})
-    require_columns(header, [question_column, context_column, id_column, *choice_columns], path)
+    require_columns(header, [question_column, context_column, *choice_columns], path)
     has_labels = label_column is not None and (header is None or label_column in header)
     examples, count = [], None
     for row_number, (line, row) in enumerate(rows):

@@ -62,7 +62,8 @@ def test_string_labels_train_and_predict_by_name(base_model, tmp_path, capsys):
     dev = tmp_path / "dev.jsonl"
     dev.write_text("".join(json.dumps({"id": f"d{i}", "review": t, "sentiment": l}) + "\n"
                            for i, (t, l) in enumerate(_reviews(9))), encoding="utf-8")
-    test = _csv(tmp_path / "test.tsv", ["review"], [("a wonderful film",), ("I hated it",)])
+    # --id-column names a column of the files predicted (dev, test); the training file needs none.
+    test = _csv(tmp_path / "test.tsv", ["id", "review"], [("t1", "a wonderful film"), ("t2", "I hated it")])
     out = tmp_path / "out"
     assert main(["finetune", "text-classification", "--model", str(base_model), "--train-file", str(train),
                  "--dev-file", str(dev), "--test-file", str(test), "--text-column", "review", "--label-column",
@@ -118,7 +119,7 @@ def test_string_labels_train_and_predict_by_name(base_model, tmp_path, capsys):
     classify = bertkit.pipeline("text-classification", model=out / "model")
     assert classify("a wonderful film")[0]["label"] in {"negative", "neutral", "positive"}
     test_lines = (out / "test_predictions.tsv").read_text().splitlines()
-    assert test_lines[0] == "index\tprediction" and [l.split("\t")[0] for l in test_lines[1:]] == ["2", "3"]
+    assert test_lines[0] == "index\tprediction" and [l.split("\t")[0] for l in test_lines[1:]] == ["t1", "t2"]
 
 
 def test_label_ids_follow_the_sorted_label_list(tmp_path):
