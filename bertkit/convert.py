@@ -8,6 +8,7 @@ model.safetensors (every model variable, see tf_bert's map), vocab.txt and token
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -19,6 +20,15 @@ from .hub import WEIGHTS_NAME, atomic_write
 from .outputs import check_output_dir, check_output_file, folder_files
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, infer_do_lower_case
 from .tokenizer import BertTokenizer
+
+log = logging.getLogger("bertkit")
+
+
+def vocabulary_fits(tokens: int, rows: int) -> bool:
+    """vocab.txt and the embedding matrix agree: equal, or the matrix padded to a multiple of 8 with
+    fewer than 128 spare rows (NVIDIA's BERT pads 30,522 tokens to 30,528 rows, Megatron to a multiple
+    of 128, for faster GEMMs). Anything else is another model's vocabulary."""
+    return tokens == rows or (tokens < rows < tokens + 128 and rows % 8 == 0)
 
 
 OUTPUT_FILES = (WEIGHTS_NAME, "config.json", "vocab.txt", "tokenizer_config.json")
@@ -51,9 +61,11 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: s
             tokenizer = BertTokenizer(vocab_file, do_lower_case=False)
     # The length limit the Hugging Face copies of Google's checkpoints declare: the model's positions.
     tokenizer.model_max_length = config.max_position_embeddings
-    if tokenizer.vocab_size != config.vocab_size:
+    if not vocabulary_fits(tokenizer.vocab_size, config.vocab_size):
         raise BertkitError(f"the vocabulary has {tokenizer.vocab_size} tokens but the model's vocab_size is "
                            f"{config.vocab_size} (is this the model's vocab.txt?)", path=vocab_file)
+    if tokenizer.vocab_size < config.vocab_size:
+        log.info(f"embedding matrix padded: {config.vocab_size} rows for {tokenizer.vocab_size} tokens")
 
     state = checkpoint.state_dict()
     # Loading into the model checks every shape against the config and that nothing is missing.

@@ -306,3 +306,13 @@ def test_config_that_does_not_fit_the_weights(pretrained_copy, tmp_path, capsys)
     config["intermediate_size"] = 128
     (pretrained_copy / "bert_config.json").write_text(json.dumps(config))
     assert "intermediate" in one_line_error(capsys, pretrained_copy, tmp_path)
+
+
+def test_vocabulary_fits_its_embedding_matrix_or_a_padded_one():
+    from bertkit.convert import vocabulary_fits
+    assert vocabulary_fits(30522, 30522)
+    assert vocabulary_fits(30522, 30528)  # NVIDIA's checkpoints: rows padded to a multiple of 8
+    assert vocabulary_fits(30522, 30592)  # Megatron's: a multiple of 128
+    assert not vocabulary_fits(30522, 30525)  # not a padding multiple: another vocabulary
+    assert not vocabulary_fits(30523, 30522)  # more tokens than rows: ids past the matrix
+    assert not vocabulary_fits(21128, 30522)  # e.g. the Chinese vocabulary for an English model
