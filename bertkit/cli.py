@@ -34,6 +34,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Flags whose value is a model: a local folder or a Hub id (`bert-base-uncased`, `org/name`).
+MODEL_FLAGS = ("model", "init_from")
+REVISION_HELP = ("Hub revision (branch, tag or commit hash) of a model given as a Hub id "
+                 "(default: main; cached in HF_HOME / HF_HUB_CACHE)")
+
+
+def add_revision_flags(parser: argparse.ArgumentParser) -> None:
+    """--revision on every (sub-)command that takes a model."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                add_revision_flags(child)
+    dests = {action.dest for action in parser._actions}
+    if dests & set(MODEL_FLAGS) and "revision" not in dests:
+        parser.add_argument("--revision", help=REVISION_HELP)
+
+
+def resolve_model_flags(args: argparse.Namespace) -> None:
+    """Hub ids become their cached snapshot folders (downloaded if need be) before the command runs,
+    so every command reads a local folder."""
+    from .hub_resolve import resolve_model
+
+    for dest in MODEL_FLAGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and value:
+            setattr(args, dest, str(resolve_model(value, getattr(args, "revision", None))))
+
+
 def _load(target: str):
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
@@ -56,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         impl = _load(target)
         p = sub.add_parser(name, help=help_text, description=help_text)
         impl.add_arguments(p)
+        add_revision_flags(p)
         p.set_defaults(_run=impl.run_from_args)
     return parser
 
@@ -127,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        resolve_model_flags(args)
         rc = args._run(args)
         return rc if isinstance(rc, int) else 0  # library calls may return their results
     except BertkitError as e:
