@@ -158,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         resolve_model_flags(args)
         rc = args._run(args)
-        return rc if isinstance(rc, int) else 0  # library calls may return their results
+        rc = rc if isinstance(rc, int) else 0  # library calls may return their results
+        if rc == 0 and args.command in ("finetune", "pretrain") and getattr(args, "output", None):
+            from .model_card import refresh_model_cards  # results.json and summaries exist only now
+
+            refresh_model_cards(args.output)
+        return rc
     except BertkitError as e:
         print_error(str(e))
         return 2

@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 from .config import BertConfig
 from .device import parse_dtype
 from .errors import BertkitError
-from .hub_resolve import resolve_model
+from .hub_resolve import hub_id_of, resolve_model
+from .model_card import CARD_NAME, is_bertkit_card, write_model_card
 from .outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
 from .tokenizer import BertTokenizer
@@ -139,7 +140,11 @@ class PreTrainedMixin:
         config = dataclasses.replace(self.config, architectures=[type(self).__name__])
         atomic_write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
-            tokenizer.save_pretrained(directory)
+            save_tokenizer_files(tokenizer, directory, config.max_position_embeddings)
+        for name, data in getattr(self, "sentence_transformers_files", {}).items():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(directory / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+        write_model_card(directory, config, getattr(self, "base_model_id", None))
         return directory
 
     @classmethod
@@ -188,6 +193,9 @@ class PreTrainedMixin:
         model = cls(config)
         model.load_checkpoint_state(state, source=source, complete=not allow_missing_weights,
                                     require_head=require_head)
+        model.base_model_id = source_model_id(directory)  # the model card's base_model when this one is saved
+        if type(model).__name__ == "BertModel":  # an embedding model keeps its pooling / normalisation when saved
+            model.sentence_transformers_files = sentence_transformers_files(directory)
         if dtype == "auto":  # the file's floating-point dtype
             parsed = next((t.dtype for t in state.values() if t.is_floating_point()), None)
         return model.to(parsed) if parsed is not None else model
@@ -221,6 +229,45 @@ class PreTrainedMixin:
                     type(self).__name__, "; ".join(parts))
         self.loading_info = {"missing_keys": missing, "unexpected_keys": sorted(unexpected)}
         return self.loading_info
+
+
+def source_model_id(directory: Path) -> str | None:
+    """The Hub id a loaded folder stands for: its own (a cached snapshot), else the base model its
+    bertkit model card names (a local fine-tuning or checkpoint of a Hub model)."""
+    own = hub_id_of(directory)
+    if own:
+        return own
+    card = directory / CARD_NAME
+    if card.is_file() and is_bertkit_card(card):
+        for line in card.read_text(encoding="utf-8").splitlines():
+            if line.startswith("base_model:"):
+                return line.split(":", 1)[1].strip().strip('"') or None
+    return None
+
+
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                               "1_Pooling/config.json")
+
+
+def sentence_transformers_files(directory: Path) -> dict[str, bytes]:
+    """A sentence-transformers folder's module files (pooling, normalisation) by relative name."""
+    if not (directory / "modules.json").is_file():
+        return {}
+    return {name: (directory / name).read_bytes() for name in SENTENCE_TRANSFORMERS_FILES
+            if (directory / name).is_file()}
+
+
+def save_tokenizer_files(tokenizer, directory: Path, max_positions: int) -> None:
+    """vocab.txt, tokenizer_config.json and special_tokens_map.json, as transformers' AutoTokenizer reads
+    them; model_max_length is the model's own position limit (transformers truncates to it)."""
+    tokenizer.save_pretrained(directory)
+    config_path = directory / "tokenizer_config.json"
+    settings = json.loads(config_path.read_text(encoding="utf-8"))
+    settings["model_max_length"] = min(int(settings.get("model_max_length") or max_positions), max_positions)
+    atomic_write_text(config_path, json.dumps(settings, indent=2) + "\n")
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+               "mask_token": "[MASK]"}
+    atomic_write_text(directory / "special_tokens_map.json", json.dumps(special, indent=2) + "\n")
 
 
 def _shown(keys: list[str], limit: int = 3) -> str:
