@@ -49,6 +49,9 @@ def add_revision_flags(parser: argparse.ArgumentParser) -> None:
     dests = {action.dest for action in parser._actions}
     if dests & set(MODEL_FLAGS) and "revision" not in dests:
         parser.add_argument("--revision", help=REVISION_HELP)
+        for action in parser._actions:
+            if action.dest in MODEL_FLAGS and action.help and "Hub id" not in action.help:
+                action.help += ", or a Hub id (bert-base-uncased, org/name)"
 
 
 def resolve_model_flags(args: argparse.Namespace) -> None:
