@@ -109,11 +109,14 @@ def _download(repo_id: str, revision: str | None, patterns: list[str]) -> Path:
         raise BertkitError(f"{repo_id}: not a local folder or a valid Hub id ({e})") from None
     except (LocalEntryNotFoundError, OSError, httpx.TransportError) as e:  # offline / unreachable and not (fully) cached; a broken download
         if offline():
-            reason = f"HF_HUB_OFFLINE is set and {where} is not (fully) in the Hub cache {cache}"
+            reason = (f"{repo_id}: no such local folder, and HF_HUB_OFFLINE is set while {where} is not (fully) "
+                      f"in the Hub cache {cache}")
         elif isinstance(e, (LocalEntryNotFoundError, HfHubHTTPError)):
-            reason = f"cannot reach the Hub and {where} is not (fully) in the Hub cache {cache}"
+            reason = (f"{repo_id}: no such local folder, and the Hub cannot be reached while {where} is not (fully) "
+                      f"in the Hub cache {cache} (HF_HUB_OFFLINE is not set)")
         else:
-            reason = f"download of {where} failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); nothing partial was kept: run the command again"
+            reason = (f"download of {where} failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                      "nothing partial was kept: run the command again")
         raise BertkitError(reason) from None
     return Path(folder)
 

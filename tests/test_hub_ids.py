@@ -61,13 +61,15 @@ def test_download_then_cache_reuse_after_the_server_is_gone(hub_server, tiny_cla
     assert _same(_weights(bertkit.load_model("org/tiny")), reference)  # unreachable: the cached snapshot
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert _same(_weights(BertForSequenceClassification.from_pretrained("org/tiny")), reference)
-    with pytest.raises(BertkitError, match=r"HF_HUB_OFFLINE is set and org/other is not .*in the Hub cache .*hf-home"):
+    with pytest.raises(BertkitError, match=r"^org/other: no such local folder, and HF_HUB_OFFLINE is set while "
+                                           r"org/other is not \(fully\) in the Hub cache .*hf-home"):
         BertModel.from_pretrained("org/other")
 
 
 def test_server_gone_and_not_cached(hub_server):
     hub_server.stop()
-    with pytest.raises(BertkitError, match=r"cannot reach the Hub and org/tiny is not .*in the Hub cache"):
+    with pytest.raises(BertkitError, match=r"the Hub cannot be reached while org/tiny is not .*in the Hub cache "
+                                           r".*HF_HUB_OFFLINE is not set"):
         BertModel.from_pretrained("org/tiny")
 
 
@@ -121,7 +123,7 @@ def test_an_interrupted_download_is_never_used_and_resumes(hub_server, tiny_clas
     snapshots = _snapshots(tmp_path / "hf-home", "org/tiny")
     assert not list(snapshots.rglob("model.safetensors"))  # a half file is never in the snapshot
     assert not list((snapshots.parent / "blobs").glob("*.incomplete"))
-    with pytest.raises(BertkitError, match=r"cannot reach the Hub|not \(fully\) in the Hub cache"):
+    with pytest.raises(BertkitError, match=r"HF_HUB_OFFLINE is set while org/tiny is not \(fully\) in the Hub cache"):
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the partial snapshot is refused, not used
         BertForSequenceClassification.from_pretrained("org/tiny")
     monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -166,3 +168,20 @@ def test_cli_and_pipeline_take_hub_ids(hub_server, tiny_classifier, tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: org/tiny has no revision 'main'")
     assert main(["extract-features", "--help"]) == 0 and "--revision" in capsys.readouterr().out
+
+
+def test_pretraining_data_and_init_from_by_hub_id(hub_server, tiny_model, tmp_path, monkeypatch):
+    from bertkit.heads import BertForPreTraining
+
+    hub_server.add("org/tiny-mlm", tiny_model(BertForPreTraining, tmp_path / "served", max_positions=64))
+    monkeypatch.chdir(tmp_path)
+    sentences = [f"the {w} sat on the mat near the {v} door ." for w in ("cat", "dog", "bird") for v in ("red", "old")]
+    Path("corpus.txt").write_text("\n\n".join("\n".join(sentences[i:] + sentences[:i]) for i in range(6)) + "\n")
+    assert main(["create-pretraining-data", "--input", "corpus.txt", "--vocab", "org/tiny-mlm", "--output", "data",
+                 "--max-seq-length", "32", "--dupe-factor", "1", "--no-progress"]) == 0
+    assert main(["pretrain", "--train-data", "data", "--output", "run", "--init-from", "org/tiny-mlm", "--revision",
+                 "main", "--max-steps", "1", "--batch-size", "4", "--precision", "fp32", "--save-steps", "0",
+                 "--no-progress"]) == 0
+    meta = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert meta["hidden_size"] == 32
+    assert "base_model: \"org/tiny-mlm\"" in (tmp_path / "run" / "README.md").read_text()
