@@ -54,15 +54,20 @@ def add_revision_flags(parser: argparse.ArgumentParser) -> None:
                 action.help += ", or a Hub id (bert-base-uncased, org/name)"
 
 
-def resolve_model_flags(args: argparse.Namespace) -> None:
-    """Hub ids become their cached snapshot folders (downloaded if need be) before the command runs,
-    so every command reads a local folder."""
-    from .hub_resolve import resolve_model
+def pin_model_revisions(args: argparse.Namespace) -> None:
+    """--revision applies to the command's model reference wherever the command loads it (tokenizer,
+    weights); Hub ids are resolved there, after the command's own checks of its outputs."""
+    from .hub_resolve import pin_revisions
 
-    for dest in MODEL_FLAGS:
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and value:
-            setattr(args, dest, str(resolve_model(value, getattr(args, "revision", None))))
+    revision = getattr(args, "revision", None)
+    references = [getattr(args, dest) for dest in MODEL_FLAGS if isinstance(getattr(args, dest, None), str)]
+    if revision:
+        if not references:
+            raise BertkitError("--revision applies to a model given as a Hub id (--model / --init-from)")
+        for reference in references:
+            if os.path.exists(reference):
+                raise BertkitError(f"--revision {revision} applies to Hub ids, not to a local folder", path=reference)
+    pin_revisions({reference: revision for reference in references} if revision else {})
 
 
 def _load(target: str):
@@ -159,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        resolve_model_flags(args)
+        pin_model_revisions(args)
         rc = args._run(args)
         rc = rc if isinstance(rc, int) else 0  # library calls may return their results
         if rc == 0 and args.command in ("finetune", "pretrain") and getattr(args, "output", None):

@@ -30,6 +30,8 @@ MODEL_FILES = TOKENIZER_FILES + [
 PICKLED_WEIGHTS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
 SAFETENSORS_NAMES = ("model.safetensors", "model.safetensors.index.json")
 
+# Revisions given on the command line, for the model reference they belong to (see pin_revisions).
+_PINNED: dict[str, str] = {}
 _REPO_ID = re.compile(r"(?:[\w\-.]{1,96}/)?[\w\-.]{1,96}", flags=re.ASCII)
 _SNAPSHOT = re.compile(r"models--(?P<org_name>.+)[/\\]snapshots[/\\][0-9a-f]{40}$")
 
@@ -67,10 +69,17 @@ def hub_id_of(folder: str | Path) -> str | None:
     return match.group("org_name").replace("--", "/") if match else None
 
 
+def pin_revisions(pins: dict[str, str]) -> None:
+    """`--revision`: every later resolution of these references (tokenizer, model, ...) uses it."""
+    _PINNED.clear()
+    _PINNED.update(pins)
+
+
 def resolve_model(reference: str | os.PathLike, revision: str | None = None, tokenizer_only: bool = False) -> Path:
     """A local folder for `reference`: the folder itself when it exists, else the Hub id's cached
     snapshot (downloading what is missing). A reference that is neither comes back unchanged, for the
     caller's own "not found" error."""
+    revision = revision or _PINNED.get(str(reference))
     path = Path(reference).expanduser()
     if path.exists():
         if revision:
@@ -104,10 +113,11 @@ def _download(repo_id: str, revision: str | None, patterns: list[str]) -> Path:
         token = " (or it is private and HF_TOKEN is not set)" if not _has_token() else ""
         raise BertkitError(f"{repo_id}: no such local folder, and no Hub model of that name{token}") from None
     except RevisionNotFoundError:
-        raise BertkitError(f"{repo_id} has no revision {revision or 'main'!r} on the Hub (a branch, tag or commit hash)") from None
+        raise BertkitError(f"{repo_id} has no revision {revision or 'main'!r} on the Hub "
+                           "(a branch, tag or commit hash)") from None
     except HFValidationError as e:
         raise BertkitError(f"{repo_id}: not a local folder or a valid Hub id ({e})") from None
-    except (LocalEntryNotFoundError, OSError, httpx.TransportError) as e:  # offline / unreachable and not (fully) cached; a broken download
+    except (LocalEntryNotFoundError, OSError, httpx.TransportError) as e:  # not reachable and not cached; a broken download
         if offline():
             reason = (f"{repo_id}: no such local folder, and HF_HUB_OFFLINE is set while {where} is not (fully) "
                       f"in the Hub cache {cache}")

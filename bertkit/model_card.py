@@ -145,7 +145,8 @@ def card_text(directory: Path, config, base_model=None) -> str:
             f"(bertkit {__version__}). It is a standard `{architecture}` in the Hugging Face layout: bertkit, "
             "transformers and the Hub's widgets load it as it is.", ""]
     body += ["## Model", ""] + _table([
-        ("architecture", f"`{architecture}`"), ("layers", config.num_hidden_layers), ("hidden size", config.hidden_size),
+        ("architecture", f"`{architecture}`"), ("layers", config.num_hidden_layers),
+        ("hidden size", config.hidden_size),
         ("attention heads", config.num_attention_heads), ("vocabulary", config.vocab_size),
         ("max positions", config.max_position_embeddings)]) + [""]
     labels = config.id2label or {}
