@@ -67,7 +67,8 @@ def test_round_trip_through_transformers(class_name, tmp_path):
     ours = build(class_name, tiny_config(num_labels=3 if class_name != "BertForQuestionAnswering" else 2))
     batch = example_batch(class_name)
     ours.save_pretrained(tmp_path / "ours")
-    assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == ["config.json", "model.safetensors"]  # no temp files
+    saved = sorted(p.name for p in (tmp_path / "ours").iterdir())
+    assert saved == ["README.md", "config.json", "model.safetensors"]  # the model card; no temp files
 
     theirs, info = getattr(transformers, class_name).from_pretrained(tmp_path / "ours", output_loading_info=True)
     assert no_problems(info), info
