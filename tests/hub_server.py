@@ -55,8 +55,9 @@ class HubServer:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._server.server_close()
 
     def add(self, repo_id: str, files: dict[str, bytes] | str | Path, revision: str = "main",
             gated: bool = False) -> str:

@@ -185,3 +185,23 @@ def test_pretraining_data_and_init_from_by_hub_id(hub_server, tiny_model, tmp_pa
     meta = json.loads((tmp_path / "run" / "config.json").read_text())
     assert meta["hidden_size"] == 32
     assert "base_model: \"org/tiny-mlm\"" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_every_command_that_takes_a_model_has_revision():
+    import argparse
+
+    from bertkit.cli import build_parser
+
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for child in action.choices.values():
+                    yield from parsers(child)
+
+    taking = [p for p in parsers(build_parser()) if {a.dest for a in p._actions} & {"model", "init_from"}]
+    assert len(taking) >= 15  # finetune x8, predict x8, serve, export, extract-features, pretrain
+    for parser in taking:
+        dests = {a.dest: a for a in parser._actions}
+        assert "revision" in dests, parser.prog
+        assert "Hub id" in (dests.get("model") or dests.get("init_from")).help, parser.prog
