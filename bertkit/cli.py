@@ -35,6 +35,42 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Flags whose value is a model: a local folder or a Hub id (`bert-base-uncased`, `org/name`).
+MODEL_FLAGS = ("model", "init_from")
+REVISION_HELP = ("Hub revision (branch, tag or commit hash) of a model given as a Hub id "
+                 "(default: main; cached in HF_HOME / HF_HUB_CACHE)")
+
+
+def add_revision_flags(parser: argparse.ArgumentParser) -> None:
+    """--revision on every (sub-)command that takes a model."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                add_revision_flags(child)
+    dests = {action.dest for action in parser._actions}
+    if dests & set(MODEL_FLAGS) and "revision" not in dests:
+        parser.add_argument("--revision", help=REVISION_HELP)
+        for action in parser._actions:
+            if action.dest in MODEL_FLAGS and action.help and "Hub id" not in action.help:
+                action.help += ", or a Hub id (bert-base-uncased, org/name)"
+
+
+def pin_model_revisions(args: argparse.Namespace) -> None:
+    """--revision applies to the command's model reference wherever the command loads it (tokenizer,
+    weights); Hub ids are resolved there, after the command's own checks of its outputs."""
+    from .hub_resolve import pin_revisions
+
+    revision = getattr(args, "revision", None)
+    references = [getattr(args, dest) for dest in MODEL_FLAGS if isinstance(getattr(args, dest, None), str)]
+    if revision:
+        if not references:
+            raise BertkitError("--revision applies to a model given as a Hub id (--model / --init-from)")
+        for reference in references:
+            if os.path.exists(reference):
+                raise BertkitError(f"--revision {revision} applies to Hub ids, not to a local folder", path=reference)
+    pin_revisions({reference: revision for reference in references} if revision else {})
+
+
 def _load(target: str):
     module_name, _, attr = target.partition(":")
     module = importlib.import_module(module_name)
@@ -58,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         impl = _load(target)
         p = sub.add_parser(name, help=help_text, description=help_text)
         impl.add_arguments(p)
+        add_revision_flags(p)
         p.set_defaults(_run=impl.run_from_args)
     return parser
 
@@ -129,8 +166,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        pin_model_revisions(args)
         rc = args._run(args)
-        return rc if isinstance(rc, int) else 0  # library calls may return their results
+        rc = rc if isinstance(rc, int) else 0  # library calls may return their results
+        if rc == 0 and args.command in ("finetune", "pretrain") and getattr(args, "output", None):
+            from .model_card import refresh_model_cards  # results.json and summaries exist only now
+
+            refresh_model_cards(args.output)
+        return rc
     except BertkitError as e:
         print_error(str(e))
         return 2

@@ -16,7 +16,8 @@ from safetensors.torch import save_file
 
 from .errors import BertkitError
 from .heads import TASK_CLASSES
-from .hub import WEIGHTS_NAME, atomic_write
+from .hub import WEIGHTS_NAME, atomic_write, save_tokenizer_files
+from .model_card import write_model_card
 from .outputs import check_output_dir, check_output_file, folder_files
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, infer_do_lower_case
 from .tokenizer import BertTokenizer
@@ -83,7 +84,8 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, config_file: s
     atomic_write(output / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
     config_json = json.dumps(model.config.to_dict(), indent=2, sort_keys=True) + "\n"
     atomic_write(output / "config.json", lambda tmp: Path(tmp).write_text(config_json, encoding="utf-8"))
-    tokenizer.save_pretrained(output)
+    save_tokenizer_files(tokenizer, output, model.config.max_position_embeddings)
+    write_model_card(output, model.config)
     return {"output": str(output), "architecture": config.architectures[0], "tensors": len(tensors),
             "skipped": len(checkpoint.bundle.entries) - len(checkpoint.names), "do_lower_case": do_lower_case,
             "num_labels": config.num_labels if config.architectures[0] == "BertForSequenceClassification" else None}

@@ -11,6 +11,7 @@ from torch import nn
 
 from .config import BertConfig
 from .errors import BertkitError
+from .hub_resolve import resolve_model
 from .kernels import Linear, linear
 from .model import BertModel, BertPreTrainedModel, ModelOutput, activation
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
@@ -286,9 +287,10 @@ TASK_CLASSES = {
 }
 
 
-def load_model(directory: str | Path, **config_overrides) -> BertPreTrainedModel:
-    """Build whichever bertkit class config.json's `architectures` names (BertModel if none)."""
-    directory = Path(directory)
+def load_model(directory: str | Path, revision: str | None = None, **config_overrides) -> BertPreTrainedModel:
+    """Build whichever bertkit class config.json's `architectures` names (BertModel if none), from a
+    local folder or a Hub id (at `revision`)."""
+    directory = resolve_model(directory, revision)
     config = (OriginalCheckpoint.open(directory).config(directory / BERT_CONFIG_NAME)
               if is_original_checkpoint(directory) else BertConfig.from_json_file(directory / "config.json"))
     name = (config.architectures or ["BertModel"])[0]

@@ -2,7 +2,8 @@
 
 Parameter names in the file are exactly transformers' (`bert.encoder.layer.0.attention.self.query.weight`,
 `cls.predictions.bias`, ...), so a bertkit model loads in transformers and a transformers BERT
-(base model, pre-training model or any task head) loads here. Weights are never unpickled.
+(base model, pre-training model or any task head) loads here. Weights are never unpickled as objects: a
+folder with only pytorch_model.bin is read with torch.load(weights_only=True), tensors alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from .config import BertConfig
 from .device import parse_dtype
 from .errors import BertkitError
 from .finite import check_finite_tensors
+from .hub_resolve import hub_id_of, resolve_model
+from .model_card import CARD_NAME, is_bertkit_card, write_model_card
 from .outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
 from .tokenizer import BertTokenizer
@@ -28,6 +31,8 @@ log = logging.getLogger("bertkit")
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"  # sharded checkpoints: tensor name -> shard file
+PICKLED_NAME = "pytorch_model.bin"  # transformers' format before safetensors (read as tensors only)
+PICKLED_INDEX_NAME = "pytorch_model.bin.index.json"
 # Tied to the word embeddings / the output bias: the file may hold them, the model does not.
 TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 ENCODER_PREFIXES = ("bert.embeddings", "bert.encoder", "embeddings", "encoder")
@@ -59,6 +64,40 @@ def read_sharded_safetensors(index_path: Path) -> dict[str, torch.Tensor]:
     missing = sorted(set(weight_map) - set(tensors))
     if missing:
         raise BertkitError(f"tensors listed in the index but in no shard: {', '.join(missing[:5])}", path=str(index_path))
+    return tensors
+
+
+def pickled_weights(directory: Path) -> Path | None:
+    """transformers' older weights file (or its shard index), for folders that have no safetensors."""
+    for name in (PICKLED_NAME, PICKLED_INDEX_NAME):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def read_pickled_weights(path: Path) -> dict[str, torch.Tensor]:
+    """pytorch_model.bin (or its shards) read with torch.load(weights_only=True): tensors and plain
+    containers only, so a pickle cannot run code."""
+    log.info("note: %s has no %s; reading %s as tensors only (torch.load weights_only=True)",
+             path.parent, WEIGHTS_NAME, path.name)
+    if path.name == PICKLED_INDEX_NAME:
+        try:
+            shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise BertkitError(f"not a weights index with a weight_map ({e})", path=str(path)) from None
+        files = [path.parent / shard for shard in shards if Path(shard).name == shard]
+    else:
+        files = [path]
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            loaded = torch.load(file, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - unpickling refusals and corrupt files come as many types
+            raise BertkitError(f"cannot read {file.name} as plain tensors ({type(e).__name__}: "
+                               f"{' '.join(str(e).split())[:160]})", path=str(file)) from None
+        if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
+            raise BertkitError("not a state dict of tensors", path=str(file))
+        tensors.update(loaded)
     return tensors
 
 
@@ -102,12 +141,17 @@ class PreTrainedMixin:
         config = dataclasses.replace(self.config, architectures=[type(self).__name__])
         atomic_write_text(directory / "config.json", json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
         if tokenizer is not None:
-            tokenizer.save_pretrained(directory)
+            save_tokenizer_files(tokenizer, directory, config.max_position_embeddings)
+        for name, data in getattr(self, "sentence_transformers_files", {}).items():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(directory / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+        write_model_card(directory, config, getattr(self, "base_model_id", None))
         return directory
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, config=None, require_head: bool = False,
-                        allow_missing_weights: bool = False, dtype=None, torch_dtype=None, **config_overrides):
+                        allow_missing_weights: bool = False, dtype=None, torch_dtype=None,
+                        revision: str | None = None, **config_overrides):
         """Load weights (and config.json unless `config` is given); overrides such as num_labels=3
         change the config before the model is built (a new head is then freshly initialised).
         `dtype` (or its old name `torch_dtype`), as transformers: the parameters' dtype, e.g.
@@ -115,12 +159,14 @@ class PreTrainedMixin:
 
         An encoder the checkpoint does not fill exactly (fewer or more layers than config.json says)
         is an error, and with `require_head` (prediction) so is a task head it lacks; random weights
-        there would give silently meaningless outputs. `allow_missing_weights` permits both."""
+        there would give silently meaningless outputs. `allow_missing_weights` permits both.
+
+        `directory` is a local folder or a Hub id (`bert-base-uncased`, `org/name`, at `revision`)."""
         if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
             raise BertkitError("give dtype or torch_dtype (its old name), not both")
         dtype = dtype if dtype is not None else torch_dtype
         parsed = parse_dtype(dtype)  # refused before anything is read
-        directory = Path(directory)
+        directory = resolve_model(directory, revision)
         if not directory.is_dir():
             raise BertkitError("model directory not found", path=str(directory))
         # An original TensorFlow checkpoint folder (bert_config.json, *.ckpt.index) converts in memory.
@@ -136,16 +182,21 @@ class PreTrainedMixin:
             state, source = original.state_dict(), str(original.bundle.index_path)
         elif not weights.is_file() and index.is_file():
             state, source = read_sharded_safetensors(index), str(index)
+        elif not weights.is_file() and pickled_weights(directory) is not None:
+            state, source = read_pickled_weights(pickled_weights(directory)), str(pickled_weights(directory))
         else:
             if not weights.is_file():
-                pickled = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
-                hint = (f" (found {', '.join(pickled)}: pickle files can run code and are not loaded; "
-                        "convert them to safetensors first)") if pickled else ""
+                others = [p.name for p in directory.glob("*.bin")] + [p.name for p in directory.glob("*.pt")]
+                hint = (f" (found {', '.join(others)}: only {PICKLED_NAME} is read, as tensors alone; "
+                        "convert others to safetensors first)") if others else ""
                 raise BertkitError(f"no {WEIGHTS_NAME}{hint}", path=str(directory))
             state, source = read_safetensors(weights), str(weights)
         model = cls(config)
         model.load_checkpoint_state(state, source=source, complete=not allow_missing_weights,
                                     require_head=require_head)
+        model.base_model_id = source_model_id(directory)  # the model card's base_model when this one is saved
+        if type(model).__name__ == "BertModel":  # an embedding model keeps its pooling / normalisation when saved
+            model.sentence_transformers_files = sentence_transformers_files(directory)
         if dtype == "auto":  # the file's floating-point dtype
             parsed = next((t.dtype for t in state.values() if t.is_floating_point()), None)
         return model.to(parsed) if parsed is not None else model
@@ -182,6 +233,45 @@ class PreTrainedMixin:
         return self.loading_info
 
 
+def source_model_id(directory: Path) -> str | None:
+    """The Hub id a loaded folder stands for: its own (a cached snapshot), else the base model its
+    bertkit model card names (a local fine-tuning or checkpoint of a Hub model)."""
+    own = hub_id_of(directory)
+    if own:
+        return own
+    card = directory / CARD_NAME
+    if card.is_file() and is_bertkit_card(card):
+        for line in card.read_text(encoding="utf-8").splitlines():
+            if line.startswith("base_model:"):
+                return line.split(":", 1)[1].strip().strip('"') or None
+    return None
+
+
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json",
+                               "1_Pooling/config.json")
+
+
+def sentence_transformers_files(directory: Path) -> dict[str, bytes]:
+    """A sentence-transformers folder's module files (pooling, normalisation) by relative name."""
+    if not (directory / "modules.json").is_file():
+        return {}
+    return {name: (directory / name).read_bytes() for name in SENTENCE_TRANSFORMERS_FILES
+            if (directory / name).is_file()}
+
+
+def save_tokenizer_files(tokenizer, directory: Path, max_positions: int) -> None:
+    """vocab.txt, tokenizer_config.json and special_tokens_map.json, as transformers' AutoTokenizer reads
+    them; model_max_length is the model's own position limit (transformers truncates to it)."""
+    tokenizer.save_pretrained(directory)
+    config_path = directory / "tokenizer_config.json"
+    settings = json.loads(config_path.read_text(encoding="utf-8"))
+    settings["model_max_length"] = min(int(settings.get("model_max_length") or max_positions), max_positions)
+    atomic_write_text(config_path, json.dumps(settings, indent=2) + "\n")
+    special = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+               "mask_token": "[MASK]"}
+    atomic_write_text(directory / "special_tokens_map.json", json.dumps(special, indent=2) + "\n")
+
+
 def _shown(keys: list[str], limit: int = 3) -> str:
     return ", ".join(keys[:limit]) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
@@ -201,9 +291,10 @@ def check_complete(missing: list[str], unexpected: list[str], config, require_he
                            f"random weights (fine-tune it first); {ALLOW_HINT}", path=source)
 
 
-def model_tokenizer(directory: str | Path, do_lower_case: bool | None = None):
-    """The model folder's tokenizer, checked against its config.json: every id the tokenizer gives
-    must have a row in the embedding matrix (a foreign vocab.txt fails here, not mid-training)."""
+def model_tokenizer(directory: str | Path, do_lower_case: bool | None = None, revision: str | None = None):
+    """The model folder's (or Hub id's) tokenizer, checked against its config.json: every id the tokenizer
+    gives must have a row in the embedding matrix (a foreign vocab.txt fails here, not mid-training)."""
+    directory = resolve_model(directory, revision, tokenizer_only=True)
     tokenizer = BertTokenizer.from_pretrained(directory, do_lower_case=do_lower_case)
     config_file = Path(directory) / "config.json"
     if config_file.is_file():
@@ -214,9 +305,9 @@ def model_tokenizer(directory: str | Path, do_lower_case: bool | None = None):
     return tokenizer
 
 
-def load_tokenizer(model_dir: str | Path, cased: bool | None = None):
+def load_tokenizer(model_dir: str | Path, cased: bool | None = None, revision: str | None = None):
     """The model directory's tokenizer; `cased` (--cased / --uncased) overrides its do_lower_case."""
-    tokenizer = model_tokenizer(model_dir, do_lower_case=None if cased is None else not cased)
+    tokenizer = model_tokenizer(model_dir, do_lower_case=None if cased is None else not cased, revision=revision)
     if cased:
         upper_case_pieces = sum(any(c.isupper() for c in t) for t in tokenizer.ids_to_tokens if not t.startswith("["))
         if upper_case_pieces < 0.001 * tokenizer.vocab_size:  # cased English vocabularies have thousands

@@ -22,6 +22,7 @@ import torch
 from . import kernels
 from .device import autocast, pick_device, resolve_precision
 from .errors import BertkitError
+from .hub_resolve import resolve_model
 from .heads import load_model
 from .kernels.int8 import QUANTIZE_CHOICES, quantize_int8
 from .tokenizer import BertTokenizer
@@ -148,14 +149,14 @@ class InferenceEngine:
 
     def __init__(self, model_dir: str | Path | None, device: str = "auto", precision: str = "auto",
                  max_batch_tokens: int = 16384, max_batch_size: int = 256, quantize: str = "none",
-                 model=None, tokenizer=None):
+                 model=None, tokenizer=None, revision: str | None = None):
         """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32
         activations; "none" keeps the checkpoint's weights as they are.
 
         `model`: an already built bertkit model object instead of a folder (it is moved to the
         device and put in eval mode, as transformers' pipeline does); `tokenizer`: a BertTokenizer
-        or the folder of one (default: the model folder's)."""
-        self.model_dir = Path(model_dir) if model_dir is not None else None
+        or the folder of one (default: the model folder's). `model_dir` may be a Hub id (at `revision`)."""
+        self.model_dir = resolve_model(model_dir, revision) if model_dir is not None else None
         if model is None and (self.model_dir is None or not self.model_dir.is_dir()):
             raise BertkitError("model directory not found", path=str(self.model_dir))
         if quantize not in QUANTIZE_CHOICES:

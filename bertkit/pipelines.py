@@ -606,8 +606,8 @@ TASK_MODELS = {"text-classification": ("text-classification",), "token-classific
                "sentence-embeddings": ("feature-extraction", "sentence-embeddings"),
                "sentence-similarity": ("feature-extraction", "sentence-embeddings")}
 # What pipeline() itself takes besides the task's call options.
-ENGINE_ARGUMENTS = ("model", "tokenizer", "device", "batch_size", "dtype", "torch_dtype", "precision",
-                    "max_batch_tokens", "quantize")
+ENGINE_ARGUMENTS = ("model", "revision", "tokenizer", "device", "batch_size", "dtype", "torch_dtype",
+                    "precision", "max_batch_tokens", "quantize")
 
 
 def device_name(device) -> str:
@@ -625,9 +625,10 @@ def device_name(device) -> str:
 
 def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int | None = None,
              dtype: torch.dtype | str | None = None, torch_dtype: torch.dtype | str | None = None,
-             precision: str = "fp32", max_batch_tokens: int = 16384, quantize: str = "none", **defaults) -> Pipeline:
-    """A ready pipeline for `task` on `model`: a folder in the Hugging Face layout (or an id the
-    loader resolves), a bertkit model object, or a ready InferenceEngine.
+             precision: str = "fp32", max_batch_tokens: int = 16384, quantize: str = "none",
+             revision: str | None = None, **defaults) -> Pipeline:
+    """A ready pipeline for `task` on `model`: a folder in the Hugging Face layout or a Hub id (at
+    `revision`), a bertkit model object, or a ready InferenceEngine.
 
     `dtype` (alias `torch_dtype`): the weights' dtype (e.g. torch.bfloat16), as transformers;
     precision "fp32" (default, matches transformers' numbers) or "auto" / "bf16" (bf16 autocast
@@ -653,7 +654,7 @@ def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int
         engine = model
     elif isinstance(model, (str, Path)):
         engine = InferenceEngine(model, device_name(device), precision, max_batch_tokens, quantize=quantize,
-                                 tokenizer=tokenizer)
+                                 tokenizer=tokenizer, revision=revision)
     else:
         engine = InferenceEngine(None, device_name(device), precision, max_batch_tokens, quantize=quantize,
                                  model=model, tokenizer=tokenizer)

@@ -585,14 +585,18 @@ class BertTokenizer:
         )
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, do_lower_case: bool | None = None) -> "BertTokenizer":
-        """Load a directory holding vocab.txt (+ tokenizer_config.json) or a vocab.txt path.
+    def from_pretrained(cls, path: str | os.PathLike, do_lower_case: bool | None = None,
+                        revision: str | None = None) -> "BertTokenizer":
+        """Load a directory holding vocab.txt (+ tokenizer_config.json), a vocab.txt path, or a Hub id
+        (`bert-base-uncased`, `org/name`, at `revision`).
 
         `do_lower_case` given here overrides the config; without either it defaults to True.
         tokenizer_config.json's model_max_length and clean_up_tokenization_spaces are read as
         transformers reads them (no limit and False when absent).
         """
-        path = Path(path)
+        from .hub_resolve import resolve_model  # the Hub client is imported only when a Hub id is named
+
+        path = resolve_model(path, revision, tokenizer_only=True)
         if path.is_dir():
             vocab_file = path / VOCAB_NAME
             if not vocab_file.is_file():

@@ -1,5 +1,15 @@
 import os
+import tempfile
 from pathlib import Path
+
+# Tests never reach the Hugging Face Hub: Hub ids resolve against tests/hub_server.py (the hub_server
+# fixture) or fail at once on a closed loopback port, and the Hub cache is a fresh folder, never the user's.
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="bertkit-tests-hf-")
+os.environ.pop("HF_HUB_CACHE", None)
+os.environ.pop("HF_HUB_OFFLINE", None)
+os.environ.pop("HF_TOKEN", None)
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 
 import pytest
 import torch
@@ -61,6 +71,23 @@ def tiny_model():
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random encoder (no head) with the real uncased vocabulary: fast enough for sweeps."""
     return save_tiny_model(BertModel, tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture
+def hub_server(tmp_path, monkeypatch):
+    """A local Hub (tests/hub_server.py) that huggingface_hub talks to, with an empty cache in tmp_path.
+    Publish with `hub_server.add("org/name", folder)`; stop it with `hub_server.stop()`."""
+    import huggingface_hub.constants
+
+    from hub_server import HubServer
+
+    server = HubServer().start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -67,7 +67,8 @@ def test_round_trip_through_transformers(class_name, tmp_path):
     ours = build(class_name, tiny_config(num_labels=3 if class_name != "BertForQuestionAnswering" else 2))
     batch = example_batch(class_name)
     ours.save_pretrained(tmp_path / "ours")
-    assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == ["config.json", "model.safetensors"]  # no temp files
+    saved = sorted(p.name for p in (tmp_path / "ours").iterdir())
+    assert saved == ["README.md", "config.json", "model.safetensors"]  # the model card; no temp files
 
     theirs, info = getattr(transformers, class_name).from_pretrained(tmp_path / "ours", output_loading_info=True)
     assert no_problems(info), info
@@ -302,11 +303,37 @@ def test_missing_config_json(saved_tiny):
         load_model(saved_tiny)
 
 
-def test_only_pickled_weights_present(saved_tiny):
+def test_only_pickled_weights_load_as_tensors(saved_tiny, caplog):
+    """A folder with only pytorch_model.bin (transformers' older format) loads through
+    torch.load(weights_only=True), with a one-line note; the weights equal the safetensors ones."""
+    reference = bertkit.BertForPreTraining.from_pretrained(saved_tiny).state_dict()
     state = load_file(saved_tiny / "model.safetensors")
     (saved_tiny / "model.safetensors").unlink()
     torch.save(state, saved_tiny / "pytorch_model.bin")
-    with pytest.raises(BertkitError, match=r"no model\.safetensors .*pytorch_model\.bin.*convert") as err:
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        loaded = bertkit.BertForPreTraining.from_pretrained(saved_tiny).state_dict()
+    assert all(torch.equal(loaded[k], reference[k]) for k in reference)
+    assert any("weights_only=True" in r.getMessage() for r in caplog.records)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (print, ("unpickled code ran",))
+
+
+def test_pickled_weights_that_hold_code_are_refused(saved_tiny, capsys):
+    (saved_tiny / "model.safetensors").unlink()
+    torch.save({"bert.embeddings.word_embeddings.weight": _RunsCode()}, saved_tiny / "pytorch_model.bin")
+    with pytest.raises(BertkitError, match="cannot read pytorch_model.bin as plain tensors") as err:
+        bertkit.BertForPreTraining.from_pretrained(saved_tiny)
+    assert err.value.path == str(saved_tiny / "pytorch_model.bin")
+    assert "unpickled code ran" not in capsys.readouterr().out
+
+
+def test_other_pickles_are_not_read(saved_tiny):
+    (saved_tiny / "model.safetensors").unlink()
+    torch.save({}, saved_tiny / "weights.pt")
+    with pytest.raises(BertkitError, match=r"no model\.safetensors .*weights\.pt.*convert") as err:
         bertkit.BertForPreTraining.from_pretrained(saved_tiny)
     assert err.value.path == str(saved_tiny)
 

@@ -98,7 +98,8 @@ def test_converted_pretrained_model_matches_tensorflow_and_loads_in_transformers
     out = tmp_path / "converted"
     rc, err = convert(capsys, "--from-tf", PRETRAINED, "--output", out)
     assert rc == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json",
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                     "special_tokens_map.json", "tokenizer.json",
                                                      "tokenizer_config.json", "vocab.txt"]
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["BertForPreTraining"] and config["hidden_act"] == "gelu_new"

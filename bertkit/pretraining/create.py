@@ -60,6 +60,7 @@ from tqdm import tqdm
 
 from .. import __version__, flags
 from ..errors import BertkitError, reading
+from ..hub_resolve import resolve_model
 from ..outputs import atomic_open, check_output_file
 from ..tokenizer import BertTokenizer
 from .corpus import (
@@ -403,7 +404,7 @@ def create_pretraining_data(
 ) -> dict:
     """Turn corpus files into a pre-training data directory; returns the counts (also in the manifest).
 
-    `vocab` is a vocab.txt or a directory holding one. `dupe_factor` None means 10 for static
+    `vocab` is a vocab.txt, a directory holding one, or a model's Hub id. `dupe_factor` None means 10 for static
     and 1 for dynamic masking. See the module docstring for blocks, seeding and masking.
     """
     started = time.monotonic()
@@ -437,7 +438,7 @@ def create_pretraining_data(
         raise BertkitError(f"raw_document_break_lines must be at least 1, not {raw_document_break_lines}")
 
     files = expand_inputs(inputs)
-    vocab_path = Path(vocab)
+    vocab_path = resolve_model(vocab, tokenizer_only=True)  # a vocab.txt, a folder or a Hub id (bert-base-uncased)
     vocab_file = vocab_path / "vocab.txt" if vocab_path.is_dir() else vocab_path
     if not vocab_file.is_file():
         raise BertkitError("vocabulary file not found", path=str(vocab_file))
@@ -609,7 +610,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="corpus files (plain or .gz) or directories of them")
     parser.add_argument("--raw", action="store_true",
                         help="inputs are running text in paragraphs; split sentences with pysbd")
-    parser.add_argument("--vocab", required=True, metavar="PATH", help="vocab.txt or a directory holding one")
+    parser.add_argument("--vocab", required=True, metavar="PATH", help="vocab.txt, a directory holding one, or a model's Hub id (bert-base-uncased)")
     parser.add_argument("--output", required=True, metavar="DIR", help="output directory for shards + manifest.json")
     parser.add_argument("--max-seq-length", type=flags.int_between(5, 65535), default=128)
     parser.add_argument("--max-predictions-per-seq", type=flags.int_between(1, 255), default=20)

@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import flags
 from ..config import BertConfig
 from ..errors import BertkitError
+from ..hub_resolve import resolve_model
 from ..heads import BertForMaskedLM, BertForPreTraining
 from ..metrics import perplexity
 from ..outputs import atomic_write_text, check_not_an_input_folder
@@ -272,8 +273,9 @@ def data_tokenizer(dataset: PretrainingDataset) -> BertTokenizer:
 
 
 def continued_model(init_from: str, dataset: PretrainingDataset, objective: str, nsp: bool, dropout: float):
-    """A pre-training model initialised from a checkpoint whose vocabulary matches the data's."""
-    directory = Path(init_from)
+    """A pre-training model initialised from a checkpoint (a folder or a Hub id) whose vocabulary matches
+    the data's."""
+    directory = resolve_model(init_from)
     vocab_path = directory / "vocab.txt"
     if not vocab_path.is_file():
         raise BertkitError("--init-from needs the checkpoint's vocab.txt (its tokenizer is kept)", path=str(directory))

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from .. import __version__
 from ..answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from ..errors import BertkitError
+from ..hub_resolve import hub_id_of
 from ..inference import InferenceEngine
 from ..pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
 from .access_log import AccessLog, AccessLogMiddleware, current_stats
@@ -50,7 +51,7 @@ class Server:
         self.max_concurrent_requests = max_concurrent_requests
         self.max_client_batch_size = max_client_batch_size
         self.max_batch_tokens = max_batch_tokens
-        self.model_id = model_id or str(engine.model_dir)
+        self.model_id = model_id or hub_id_of(engine.model_dir) or str(engine.model_dir)
         self.sentence_transformer = read_sentence_transformer_config(engine.model_dir)
         self.access_log = AccessLog(log_format)
 
