@@ -137,8 +137,7 @@ def _lever_applies(lever: str, precision: str) -> bool:
 
 def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
     """bertkit against itself with one speed option switched: what each lever buys."""
-    from bertkit import BertForPreTraining, BertModel
-    from bertkit.kernels import speed_options
+    from bertkit import BertForPreTraining, BertModel, kernels
 
     rows = []
     config = C.bench_config(size)
@@ -148,10 +147,12 @@ def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
     optimizer = C.bertkit_optimizer(trained)
     batch = C.pretraining_batch(config, PRETRAIN_PLAN[size][0], 128)
 
-    def step(options):
+    def step(changes):
+        options = kernels.options.replace(**changes)
+
         def run():
-            with speed_options(**options):
-                C.training_step(trained, optimizer, batch, precision)
+            trained.hold_kernels(options)  # the same model and optimizer, built with these options
+            C.training_step(trained, optimizer, batch, precision)
         return run
 
     for lever, on, off in TRAINING_LEVERS:
@@ -177,11 +178,13 @@ def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
                                         for _, n, i in chunk])
                         for k in ("input_ids", "attention_mask", "token_type_ids")})
 
-    def infer(options, data):
+    def infer(changes, data):
         position = [0]
+        options = kernels.options.replace(**changes)
 
         def run():
-            with torch.no_grad(), C.precision_context(precision), speed_options(**options):
+            encoder.hold_kernels(options)
+            with torch.no_grad(), C.precision_context(precision):
                 encoder(**data[position[0] % len(data)])
             position[0] += 1
         return run

@@ -65,8 +65,7 @@ def _chosen(variants: dict, names: list[str] | None) -> dict:
 
 
 def training_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
-    from bertkit import BertForPreTraining
-    from bertkit.kernels import speed_options
+    from bertkit import BertForPreTraining, kernels
 
     config = C.bench_config(size)
     torch.manual_seed(0)
@@ -76,9 +75,11 @@ def training_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
     opt_ours, opt_theirs = C.bertkit_optimizer(ours), C.transformers_optimizer(theirs)
 
     def ours_with(changes):
+        options = kernels.options.replace(**changes)
+
         def step():
-            with speed_options(**changes):
-                C.training_step(ours, opt_ours, batch, "fp32")
+            ours.hold_kernels(options)  # the same model and optimizer, built with these options
+            C.training_step(ours, opt_ours, batch, "fp32")
         return step
 
     steps = {"transformers": lambda: C.training_step(theirs, opt_theirs, batch, "fp32")}
@@ -91,8 +92,7 @@ def training_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
 
 
 def inference_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
-    from bertkit import BertModel
-    from bertkit.kernels import speed_options
+    from bertkit import BertModel, kernels
 
     config = C.bench_config(size)
     torch.manual_seed(0)
@@ -102,9 +102,12 @@ def inference_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
 
     def run(model, changes=None):
         position = [0]
+        options = kernels.options.replace(**(changes or {}))
 
         def step():
-            with torch.no_grad(), speed_options(**(changes or {})):
+            if hasattr(model, "hold_kernels"):  # bertkit's model; transformers' has no options
+                model.hold_kernels(options)
+            with torch.no_grad():
                 model(**batches[position[0] % len(batches)])
             position[0] += 1
         return step

@@ -2,8 +2,9 @@
 
 Inputs input_ids, attention_mask, token_type_ids, each (batch, sequence) int64 with both axes
 dynamic; outputs the head's (logits; start_logits + end_logits; last_hidden_state). The graph is
-traced with every speed option of kernels.py off (plain matmuls, SDPA with the padding mask, no
-unpadding): those paths call oneDNN directly or branch on the data, which a graph cannot hold.
+traced from a model built with the plain kernels (`KernelOptions.plain()`: plain matmuls, SDPA with
+the padding mask, no unpadding): the fast paths call oneDNN directly or branch on the data, which a
+graph cannot hold.
 What the model computes is the same, padded positions included in the mask, so a padded
 variable-length batch gives bertkit's outputs at every real position (tests/test_export.py checks
 this under onnxruntime). Multiple-choice models take (batch, choices, sequence) inputs.
@@ -30,8 +31,6 @@ from .kernels.int8 import QUANTIZE_CHOICES
 
 FORMATS = ("onnx",)
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-PLAIN_KERNELS = dict(onednn_linear="never", unpad="never", fused_gelu=False, packed_attention=False,
-                     attention="sdpa")
 
 
 class _Exported(torch.nn.Module):
@@ -86,7 +85,7 @@ def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quan
         import onnx  # noqa: F401  (torch's exporter writes through it)
     except ImportError:
         raise BertkitError("ONNX export needs the onnx package: pip install onnx") from None
-    model = load_model(model_dir).eval()
+    model = load_model(model_dir, kernels=kernels.KernelOptions.plain()).eval()
     names = output_names_for(model)
     wrapped = _Exported(model, names).eval()
     choices = type(model).__name__ == "BertForMultipleChoice"
@@ -104,7 +103,7 @@ def export_onnx(model_dir: str | Path, output: str | Path, opset: int = 18, quan
     output.parent.mkdir(parents=True, exist_ok=True)
 
     def trace(path: str) -> None:
-        with kernels.speed_options(**PLAIN_KERNELS), torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer warnings about Python-side checks on shapes
             torch.onnx.export(wrapped, example, path, input_names=list(INPUT_NAMES), output_names=list(names),
                               dynamic_axes=dynamic_axes, dynamo=False, opset_version=opset)

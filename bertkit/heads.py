@@ -12,7 +12,7 @@ from torch import nn
 from .config import BertConfig
 from .errors import BertkitError
 from .hub_resolve import resolve_model
-from .kernels import Linear, linear
+from .kernels import HoldsKernelOptions, KernelOptions, Linear, linear
 from .model import BertModel, BertPreTrainedModel, ModelOutput, activation
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
 
@@ -33,7 +33,7 @@ class BertPredictionHeadTransform(nn.Module):
         return self.LayerNorm(self.act(self.dense(x)))
 
 
-class BertLMPredictionHead(nn.Module):
+class BertLMPredictionHead(HoldsKernelOptions, nn.Module):
     """Transform, then project onto the (tied) token-embedding matrix plus an output bias."""
 
     def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
@@ -43,7 +43,7 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x):
-        return linear(self.transform(x), self.word_embeddings[0].weight, self.bias)  # (..., H) -> (..., V)
+        return linear(self.transform(x), self.word_embeddings[0].weight, self.bias, self.kernels)  # (..., H) -> (..., V)
 
 
 class BertOnlyMLMHead(nn.Module):
@@ -84,12 +84,12 @@ def masked_lm_loss(head: BertLMPredictionHead, sequence_output, labels):
 class BertForPreTraining(BertPreTrainedModel):
     """MLM + NSP (paper §3.1, Tasks #1 and #2). loss = mean MLM cross-entropy + NSP cross-entropy."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, initialize=False)
+        self.bert = BertModel(config, initialize=False, kernels=kernels)
         self.cls = BertPreTrainingHeads(config, self.bert.embeddings.word_embeddings)
-        self.init_weights()
+        self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, next_sentence_label=None, output_hidden_states=False, return_dict=True, **kw):
@@ -118,12 +118,12 @@ class BertForMaskedLM(BertPreTrainedModel):
     """MLM only: the No-NSP ablation, and with config.is_decoder the LTR language model
     (labels are then the next token at every position)."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False, kernels=kernels)
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
-        self.init_weights()
+        self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, output_hidden_states=False, return_dict=True, **kw):
@@ -154,10 +154,10 @@ class _TaskModel(BertPreTrainedModel):
 
     uses_pooler = True
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler, initialize=False)
+        self.bert = BertModel(config, add_pooling_layer=self.uses_pooler, initialize=False, kernels=kernels)
         if config.bilstm_hidden_size:
             self.bilstm = BiLSTMOnTop(config)
         p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
@@ -175,11 +175,11 @@ class _TaskModel(BertPreTrainedModel):
 class BertForSequenceClassification(_TaskModel):
     """Linear K x H on the pooled [CLS]; cross-entropy, or MSE regression when num_labels == 1."""
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
+        super().__init__(config, kernels)
         self.num_labels = config.num_labels
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.init_weights()
+        self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, output_hidden_states=False, return_dict=True, **kw):
@@ -208,14 +208,14 @@ class BertForQuestionAnswering(_TaskModel):
 
     uses_pooler = False
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
         # transformers sizes qa_outputs by num_labels: keep it 2 so checkpoints load there too
         # (on a copy: the caller's config is left as it was).
         if config.num_labels != 2 or config.id2label is not None:
             config = config.replace(num_labels=2, id2label=None)
-        super().__init__(config)
+        super().__init__(config, kernels)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        self.init_weights()
+        self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 start_positions=None, end_positions=None, output_hidden_states=False, return_dict=True, **kw):
@@ -239,11 +239,11 @@ class BertForTokenClassification(_TaskModel):
 
     uses_pooler = False
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
+        super().__init__(config, kernels)
         self.num_labels = config.num_labels
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.init_weights()
+        self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, output_hidden_states=False, return_dict=True, **kw):
@@ -260,10 +260,10 @@ class BertForTokenClassification(_TaskModel):
 class BertForMultipleChoice(_TaskModel):
     """Each of C choices is one sequence; a vector V scores its pooled [CLS]; softmax over choices."""
 
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
+    def __init__(self, config: BertConfig, kernels: KernelOptions | None = None):
+        super().__init__(config, kernels)
         self.classifier = nn.Linear(config.hidden_size, 1)
-        self.init_weights()
+        self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 labels=None, output_hidden_states=False, return_dict=True, **kw):

@@ -150,12 +150,14 @@ class PreTrainedMixin:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, config=None, require_head: bool = False,
-                        allow_missing_weights: bool = False, dtype=None, torch_dtype=None,
-                        revision: str | None = None, **config_overrides):
+                        allow_missing_weights: bool = False, dtype=None, torch_dtype=None, kernels=None,
+                        attn_implementation: str | None = None, revision: str | None = None, **config_overrides):
         """Load weights (and config.json unless `config` is given); overrides such as num_labels=3
         change the config before the model is built (a new head is then freshly initialised).
         `dtype` (or its old name `torch_dtype`), as transformers: the parameters' dtype, e.g.
-        torch.bfloat16 for inference in half the memory; "auto" keeps the file's.
+        torch.bfloat16 for inference in half the memory; "auto" keeps the file's. `kernels` (a
+        kernels.KernelOptions) and `attn_implementation` choose how the model computes (default:
+        kernels.default_options()).
 
         An encoder the checkpoint does not fill exactly (fewer or more layers than config.json says)
         is an error, and with `require_head` (prediction) so is a task head it lacks; random weights
@@ -191,7 +193,9 @@ class PreTrainedMixin:
                         "convert others to safetensors first)") if others else ""
                 raise BertkitError(f"no {WEIGHTS_NAME}{hint}", path=str(directory))
             state, source = read_safetensors(weights), str(weights)
-        model = cls(config)
+        model = cls(config, kernels=kernels)
+        if attn_implementation is not None:
+            model.set_attention_implementation(attn_implementation)
         model.load_checkpoint_state(state, source=source, complete=not allow_missing_weights,
                                     require_head=require_head)
         model.base_model_id = source_model_id(directory)  # the model card's base_model when this one is saved

@@ -3,9 +3,10 @@
 The engine loads whichever head config.json's `architectures` names, with its tokenizer (vocab.txt
 or tokenizer.json) and, for a sentence-transformers folder, its pooling and normalisation. Rows
 run without gradients in length-grouped batches bounded by a token budget; each batch is padded
-to a length rounded up to `LENGTH_BUCKET` and unpadded inside the model (the fast path of
-kernels.py), so the matrix row counts oneDNN sees come from a small set: it generates and caches
-code per distinct shape, and an unbounded set of shapes grew a long run's memory to gigabytes.
+to a length rounded up to `LENGTH_BUCKET` and unpadded inside the model (loaded holding kernel
+options that always unpad: the kernels package), so the matrix row counts oneDNN sees come from a
+small set: it generates and caches code per distinct shape, and an unbounded set of shapes grew a
+long run's memory to gigabytes.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class InferenceEngine:
         activations; "none" keeps the checkpoint's weights as they are.
 
         `model`: an already built bertkit model object instead of a folder (it is moved to the
-        device and put in eval mode, as transformers' pipeline does); `tokenizer`: a BertTokenizer
+        device and put in eval mode, as transformers' pipeline does, and from then on unpads every
+        batch: its kernel options' `unpad`); `tokenizer`: a BertTokenizer
         or the folder of one (default: the model folder's). `model_dir` may be a Hub id (at `revision`)."""
         self.model_dir = resolve_model(model_dir, revision) if model_dir is not None else None
         if model is None and (self.model_dir is None or not self.model_dir.is_dir()):
@@ -164,10 +166,14 @@ class InferenceEngine:
         self.device = pick_device(device)
         if quantize == "int8" and (self.device.type != "cpu" or precision == "bf16"):
             raise BertkitError("int8 quantisation runs on the CPU with fp32 activations: drop --device / --precision bf16")
+        # Always unpadded, the token count rounded to ROW_MULTIPLE: a few GEMM shapes for oneDNN.
         if model is None:
-            model = load_model(self.model_dir, require_head=True)
+            engine_kernels = kernels.default_options().replace(unpad="always", unpad_multiple=ROW_MULTIPLE)
+            model = load_model(self.model_dir, require_head=True, kernels=engine_kernels)
         elif type(model).__name__ not in TASKS:
             raise BertkitError(f"model must be a bertkit model ({', '.join(TASKS)}), not {type(model).__name__}")
+        else:  # a given model keeps its other options (it was built with them)
+            model.hold_kernels(model.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
         self.model = model.to(self.device).eval()
         self.quantize = quantize
         if quantize == "int8":
@@ -239,7 +245,7 @@ class InferenceEngine:
 
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:
         batch = {k: v.to(self.device) for k, v in pad_rows(rows, self.tokenizer.pad_token_id).items()}
-        with kernels.speed_options(unpad="always", unpad_multiple=ROW_MULTIPLE), autocast(self.device, self.precision):
+        with autocast(self.device, self.precision):
             out = self.model(**batch)
         token_level = batch["input_ids"].dim() == 2
         outputs = []

@@ -1,10 +1,11 @@
 """The BERT encoder (paper §3, "Model Architecture"): embeddings, L post-LN Transformer layers, pooler.
 
 This file says what BERT computes; how fast it runs sits behind one seam (the kernels package,
-docs/speed.md): a `layout` decided once per batch in BertModel.forward (the padded batch with
-its mask, or only its real tokens packed) runs attention, and the Linear / Dropout modules route
-their matmuls and masks to the kernels that pay on this machine. `eager_attention` below is the
-formula written out; the default ("sdpa") computes the same with torch's fused kernels.
+docs/speed.md), chosen when the model is built and held by it (`kernels=KernelOptions(...)`): a
+`layout` decided once per batch in BertModel.forward (the padded batch with its mask, or only its
+real tokens packed) runs attention, and the Linear / Dropout modules route their matmuls and masks
+to the kernels that pay on this machine. `eager_attention` below is the formula written out; the
+default ("auto") computes the same with torch's fused kernels (ATTENTION_IMPLEMENTATIONS).
 
 Module and parameter names follow Hugging Face's BERT so checkpoints map one to one.
 Shapes: B batch, T tokens, N real tokens of a packed batch, H hidden, A heads, D = H / A head size.
@@ -23,7 +24,8 @@ from .config import BertConfig
 from .embedding_resize import resize_token_embeddings
 from .errors import BertkitError
 from .hub import PreTrainedMixin
-from .kernels import Dropout, Linear, Padded, layout_for, linear_act, padding_mask, project_qkv
+from .kernels import (ATTENTION_KERNELS, Dropout, HoldsKernelOptions, KernelOptions, Linear, Padded, default_options,
+                      layout_for, linear_act, padding_mask, project_qkv)
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact (erf) GELU, as the paper
@@ -80,13 +82,27 @@ def eager_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout, re
     return (ctx, probs) if return_probs else ctx
 
 
-def sdpa_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
-    """The same with the layout's kernels (SDPA, or per sequence on packed rows; kernels/layout.py)."""
+def kernel_attention(q, k, v, layout: Padded, heads: int, dropout: nn.Dropout) -> torch.Tensor:
+    """The same with the layout's kernels: the one the model's options name (kernels.ATTENTION_KERNELS:
+    "sdpa", "explicit", or "auto", which picks between them), per sequence on packed rows."""
     return layout.attention(q, k, v, heads, dropout.p if dropout.training else 0.0)
 
 
-# Chosen per model at construction, as transformers' attention-implementation registry.
-ATTENTION_IMPLEMENTATIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
+# The one attention registry, as transformers' attention-implementation registry: the model's
+# `kernels.attention` names the entry (chosen at construction: `attn_implementation=` or `kernels=`).
+ATTENTION_IMPLEMENTATIONS = {"eager": eager_attention, **{name: kernel_attention for name in ATTENTION_KERNELS}}
+
+
+def kernel_options(kernels: KernelOptions | None = None, attn_implementation: str | None = None) -> KernelOptions:
+    """The options a model is built with: `kernels` (default: kernels.default_options()), with the
+    attention implementation `attn_implementation` when given."""
+    kernels = kernels or default_options()
+    if attn_implementation is None:
+        return kernels
+    if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise BertkitError(f"attention implementation {attn_implementation!r} is unknown; choose from "
+                           f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
+    return kernels.replace(attention=attn_implementation)
 
 
 class BertEmbeddings(nn.Module):
@@ -113,32 +129,25 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
-class BertSelfAttention(nn.Module):
+class BertSelfAttention(HoldsKernelOptions, nn.Module):
     """Multi-head self-attention: A heads of scaled dot-product attention over D = H / A dimensions."""
 
-    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
+    def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.query = Linear(config.hidden_size, config.hidden_size)
         self.key = Linear(config.hidden_size, config.hidden_size)
         self.value = Linear(config.hidden_size, config.hidden_size)
         self.dropout = Dropout(config.attention_probs_dropout_prob)  # on the attention probabilities
-        self.set_implementation(implementation)
-
-    def set_implementation(self, name: str):
-        if name not in ATTENTION_IMPLEMENTATIONS:
-            raise BertkitError(f"attention implementation {name!r} is unknown; choose from "
-                               f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
-        self.implementation = name
-        self.attend = ATTENTION_IMPLEMENTATIONS[name]
 
     def forward(self, x, layout: Padded, output_attentions: bool = False):
         # x: (B, T, H), or (N, H) when the layout packs the real tokens; the same shape comes out,
         # with the (B, A, T, T) attention maps when asked (they exist only in the formula written out).
-        q, k, v = project_qkv(x, self.query, self.key, self.value)  # 3 x (..., H)
+        q, k, v = project_qkv(x, self.query, self.key, self.value, self.kernels)  # 3 x (..., H)
         if output_attentions:
             return eager_attention(q, k, v, layout, self.num_heads, self.dropout, return_probs=True)
-        return self.attend(q, k, v, layout, self.num_heads, self.dropout), None  # (..., H)
+        attend = ATTENTION_IMPLEMENTATIONS[self.kernels.attention]
+        return attend(q, k, v, layout, self.num_heads, self.dropout), None  # (..., H)
 
 
 class BertSelfOutput(nn.Module):
@@ -155,9 +164,9 @@ class BertSelfOutput(nn.Module):
 
 
 class BertAttention(nn.Module):
-    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
+    def __init__(self, config: BertConfig):
         super().__init__()
-        self.self = BertSelfAttention(config, implementation)
+        self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config, config.hidden_size)
 
     def forward(self, x, layout: Padded, output_attentions: bool = False):
@@ -176,9 +185,9 @@ class BertIntermediate(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
+    def __init__(self, config: BertConfig):
         super().__init__()
-        self.attention = BertAttention(config, implementation)
+        self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
         self.output = BertSelfOutput(config, config.intermediate_size)  # 4H -> H, residual, LayerNorm
 
@@ -188,9 +197,9 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
-    def __init__(self, config: BertConfig, implementation: str = "sdpa"):
+    def __init__(self, config: BertConfig):
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config, implementation) for _ in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
         # Keep only each layer's input for the backward pass and recompute the rest there
         # (Chen et al. 2016): activation memory O(L) layers' inputs instead of everything.
         self.gradient_checkpointing = False
@@ -243,8 +252,21 @@ def truncated_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:
     return weight
 
 
-class BertPreTrainedModel(PreTrainedMixin, nn.Module):
+class BertPreTrainedModel(HoldsKernelOptions, PreTrainedMixin, nn.Module):
     config_class = BertConfig
+
+    def post_init(self, kernels: KernelOptions):
+        """The end of every model class's __init__: weights initialised once, kernel options held."""
+        self.init_weights()
+        self.hold_kernels(kernels)
+
+    def hold_kernels(self, kernels: KernelOptions):
+        """Compute with these kernel options from now on: every module that runs through the kernels
+        (this model's and its encoder's) holds them; no other model is affected."""
+        for module in self.modules():
+            if isinstance(module, HoldsKernelOptions):
+                module.kernels = kernels
+        return self
 
     def init_weights(self):
         """As the released BERT: N(0, 0.02) truncated at 2 std, biases 0, LayerNorm weight 1.
@@ -306,24 +328,26 @@ class BertPreTrainedModel(PreTrainedMixin, nn.Module):
         return resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of, mean_resizing)
 
     def set_attention_implementation(self, name: str):
-        """"sdpa" (default: torch's fused kernels, unpadding) or "eager" (the formula written out)."""
-        for module in self.modules():
-            if isinstance(module, BertSelfAttention):
-                module.set_implementation(name)
-        return self
+        """"auto" (default: torch's fused SDPA, the written-out formula where SDPA is slow on the CPU,
+        unpadding), "sdpa" (SDPA only), "explicit" (kernels' formula) or "eager" (model.py's formula)."""
+        return self.hold_kernels(kernel_options(self.kernels, name))
 
 
 class BertModel(BertPreTrainedModel):
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, attn_implementation: str = "sdpa",
-                 initialize: bool = True):
-        """`initialize=False` when a head model builds it and initialises everything once itself."""
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, attn_implementation: str | None = None,
+                 initialize: bool = True, kernels: KernelOptions | None = None):
+        """`kernels`: how it computes (default: kernels.default_options()); `initialize=False` when a
+        head model builds it and initialises everything once itself."""
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)
-        self.encoder = BertEncoder(config, attn_implementation)
+        self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
+        kernels = kernel_options(kernels, attn_implementation)
         if initialize:
-            self.init_weights()
+            self.post_init(kernels)
+        else:
+            self.hold_kernels(kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
                 output_hidden_states=False, return_dict=True, output_attentions=False, **unused):
@@ -331,8 +355,8 @@ class BertModel(BertPreTrainedModel):
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         T, causal = input_ids.shape[1], self.config.is_decoder
         # Decided once per batch. Attention maps are made on the padded batch, as transformers'.
-        layout = Padded(padding_mask(attention_mask, causal, T), causal) if output_attentions \
-            else layout_for(attention_mask, causal, T)
+        layout = Padded(padding_mask(attention_mask, causal, T), causal, self.kernels) if output_attentions \
+            else layout_for(attention_mask, causal, T, self.kernels)
         x, hidden_states, attentions = self.encoder(x, layout, output_hidden_states, output_attentions)
         pooled = self.pool(x, attention_mask) if self.pooler is not None else None
         output = ModelOutput(
@@ -358,9 +382,5 @@ def _reject_unknown(unused: dict):
         raise TypeError(f"unexpected arguments: {', '.join(unused)}")
 
 
-def param_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 __all__ = ["BertModel", "BertPreTrainedModel", "ModelOutput", "ATTENTION_IMPLEMENTATIONS", "eager_attention",
-           "param_count"]
+           "kernel_options"]

@@ -42,6 +42,7 @@ from .outputs import atomic_open, atomic_write_text
 from .plot import plot_run
 from .pretraining.corpus import iter_documents
 from .pretraining.create import create_pretraining_data
+from .pretraining.objectives import LTR, OBJECTIVES
 from .pretraining.recipe import recipe_for_budget
 from .pretraining.run import pretrain
 from .reproduce_report import write_report
@@ -55,9 +56,10 @@ from .train.plan import parse_duration
 log = logging.getLogger("bertkit")
 
 BUDGET_DIR = Path(__file__).parent / "budgets"
-VARIANTS = ("bert", "no-nsp", "ltr", "ltr+bilstm")
-PRETRAIN_SETTINGS = {"bert": dict(objective="mlm", nsp=True), "no-nsp": dict(objective="mlm", nsp=False),
-                     "ltr": dict(objective="mlm", nsp=False) | {"objective": "ltr"}}
+# Models made from a pre-trained variant rather than pre-trained themselves, and the objective they start from.
+DERIVED_MODELS = {"ltr+bilstm": LTR.name}
+# One pre-training run per objective (pretraining/objectives), then the derived models.
+VARIANTS = (*OBJECTIVES, *DERIVED_MODELS)
 
 
 def load_budget(name_or_path: str) -> dict:
@@ -327,7 +329,8 @@ def pretrain_variant(run: Reproduction, variant: str, d: Path) -> dict:
     result = pretrain(data=data["train"], output=str(d), model_config=model, logging_steps=p.get("logging_steps", 10),
                       eval_data=data["heldout"], eval_batches=p.get("eval_batches", 10), resume=True,
                       phase2_data=data.get("train_phase2"), phase2_fraction=p.get("phase2_fraction", 0.1),
-                      precision=run.precision, progress=False, **schedule, **PRETRAIN_SETTINGS[variant])
+                      precision=run.precision, progress=False, **schedule, objective=OBJECTIVES[variant],
+                      nsp=OBJECTIVES[variant].nsp)
     plots = [str(x) for x in plot_run(d, title=variant)]
     final_eval = result.eval_history[-1] if result.eval_history else {}
     record = json.loads((d / "pretrain_args.json").read_text())
@@ -342,7 +345,7 @@ def pretrain_variant(run: Reproduction, variant: str, d: Path) -> dict:
 
 def make_bilstm(run: Reproduction, d: Path) -> dict:
     """The LTR model with a BiLSTM (randomly initialised at fine-tuning time) on top."""
-    for f in run.model_dirs["ltr"].iterdir():
+    for f in run.model_dirs[DERIVED_MODELS["ltr+bilstm"]].iterdir():
         if f.is_file():
             shutil.copy(f, d / f.name)
     config = json.loads((d / "config.json").read_text())
@@ -441,7 +444,8 @@ def stage_data(run: Reproduction) -> None:
 
 
 def stage_pretrain(run: Reproduction) -> None:
-    needed = [v for v in PRETRAIN_SETTINGS if v in run.variants or (v == "ltr" and "ltr+bilstm" in run.variants)]
+    needed = [v for v in OBJECTIVES
+              if v in run.variants or any(DERIVED_MODELS[d] == v for d in run.variants if d in DERIVED_MODELS)]
     if "time_budget" in run.budget["pretrain"]:
         # A process's first optimizer imports torch._dynamo (seconds): paid here, not inside the first
         # variant's clock, so that every variant's time budget buys the same training.

@@ -21,13 +21,16 @@ import torch
 from . import __version__
 from .outputs import atomic_write_text
 from .metrics.seeds import NOISE_RULE, Gap, compare_seeds, seed_stats
+from .pretraining.objectives import OBJECTIVES
 from .tasks.registry import BENCHMARKS
 
-VARIANT_LABELS = {"bert": "BERT (MLM + NSP)", "no-nsp": "No NSP", "ltr": "LTR & No NSP",
+VARIANT_LABELS = {**{name: objective.label for name, objective in OBJECTIVES.items()},
                   "ltr+bilstm": "+ BiLSTM", "random-init": "random init (no pre-training)",
                   "reference": "all-MiniLM-L6-v2 (real pre-trained weights)"}
-SHORT_LABELS = {"bert": "BERT", "no-nsp": "No NSP", "ltr": "LTR", "ltr+bilstm": "LTR + BiLSTM",
+SHORT_LABELS = {**{name: objective.short_label for name, objective in OBJECTIVES.items()}, "ltr+bilstm": "LTR + BiLSTM",
                 "random-init": "random init", "reference": "all-MiniLM-L6-v2"}
+# What the variants' objectives change is the table's subject, not a deviation to list under it.
+OBJECTIVE_DEVIATIONS = {objective.deviation for objective in OBJECTIVES.values() if objective.deviation}
 # The paper's Table 5 (BERT-BASE, dev): the metric each column reports.
 PAPER_TABLE5 = {
     "bert": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst-2": 92.7, "squad": 88.5},
@@ -175,12 +178,14 @@ def _ltr_finding(results: dict, tasks: list[str]) -> str | None:
 
 def _mlm_finding(pretraining: dict) -> str | None:
     accuracy = {v: (r.get("final_eval") or {}).get("mlm_accuracy") for v, r in pretraining.items()}
-    masked = [f"{SHORT_LABELS[v]} {100 * a:.1f}%" for v, a in accuracy.items() if a is not None and v != "ltr"]
+    masked = [f"{SHORT_LABELS[v]} {100 * a:.1f}%" for v, a in accuracy.items() if a is not None and OBJECTIVES[v].masked]
     if not masked:
         return None
     text = f"Held-out masked-token accuracy after pre-training: {', '.join(masked)}"
-    if accuracy.get("ltr") is not None:
-        text += f" (LTR's next-token accuracy, another task: {100 * accuracy['ltr']:.1f}%)"
+    for v, a in accuracy.items():
+        if a is not None and not OBJECTIVES[v].masked:
+            objective = OBJECTIVES[v]
+            text += f" ({objective.short_label}'s {objective.accuracy_name}, another task: {100 * a:.1f}%)"
     return text + "."
 
 
@@ -204,8 +209,7 @@ def write_report(out: Path, budget: dict, data_dir: Path, stages, corpus: dict, 
                  model_dirs: dict, tasks: list[str], results: dict, seconds: float, precision: str) -> dict:
     """report.md and report.json in `out`; returns report.json's content. `stages` is the run's cache
     (its `records` and the names it `ran` this time)."""
-    pre = {v: stages.records[f"pretrain-{v}"]["result"] for v in ("bert", "no-nsp", "ltr")
-           if f"pretrain-{v}" in stages.records}
+    pre = {v: stages.records[f"pretrain-{v}"]["result"] for v in OBJECTIVES if f"pretrain-{v}" in stages.records}
     comparison = {t: model_gap(results, "bert", "random-init", t) for t in tasks}
     not_next = data.get("heldout_counts", {}).get("not_next_fraction")
     said = findings(results, pre, tasks, None if not_next is None else max(not_next, 1 - not_next))
@@ -278,12 +282,14 @@ def _pretraining_section(out: Path, corpus: dict, data: dict, pre: dict) -> list
                      f"{'-' if sequences is None else f'{sequences:,}'} | {r['seq_per_s']:.1f} | "
                      f"{_pct(ev.get('mlm_accuracy'))} | {_num(ev.get('mlm_perplexity'))} | "
                      f"{_pct(ev.get('nsp_accuracy'))} |")
-    if "ltr" in pre:
-        lines += ["", "(LTR's 'MLM' numbers are next-token prediction on the held-out text.)"]
+    for v in pre:
+        if not OBJECTIVES[v].masked:
+            lines += ["", f"({OBJECTIVES[v].short_label}'s 'MLM' numbers are {OBJECTIVES[v].predicts} on the held-out "
+                          "text.)"]
     deviations = next((r.get("deviations_from_paper") for r in pre.values() if r.get("deviations_from_paper")), None)
     if deviations:
         lines += ["", "Deviations from the paper's pre-training (as each run's config.json names them): "
-                  + "; ".join(d for d in deviations if "left-to-right" not in d and "next-sentence" not in d) + "."]
+                  + "; ".join(d for d in deviations if d not in OBJECTIVE_DEVIATIONS) + "."]
     lines.append("")
     for v, r in pre.items():
         for png in r.get("plots", []):

@@ -7,7 +7,6 @@ import torch
 import transformers
 
 from bertkit import BertConfig, BertkitError, BertModel
-from bertkit.model import param_count
 
 # Paper §3 and Turc et al. 2019: (layers, hidden, heads).
 SPEC_SIZES = {
@@ -54,7 +53,7 @@ def test_parameter_count_matches_paper(name, paper_millions):
     config = BertConfig.preset(name)
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
         model = BertModel(config)
-    count = param_count(model)
+    count = model.num_parameters()
     assert count == analytic_bert_model_params(config.num_hidden_layers, config.hidden_size)
     assert abs(count / 1e6 - paper_millions) < 1.5, count
 

@@ -11,7 +11,7 @@ from bertkit import device, kernels
 from bertkit.device import CpuFeatures
 from bertkit.kernels import speed_options
 
-# The module (bertkit.kernels.options also names the process's SpeedOptions instance).
+# The module (bertkit.kernels.options also names the process's default KernelOptions value).
 options_module = importlib.import_module("bertkit.kernels.options")
 
 INTEL_AVX512 = ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, "intel")
@@ -68,15 +68,15 @@ def test_an_unmeasured_class_gets_the_stock_linear(monkeypatch):
 def test_inference_mode_runs_onednn_only_without_gradients():
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(9, 16, generator=g), torch.randn(12, 16, generator=g), torch.randn(12, generator=g)
-    with speed_options(onednn_linear="inference"):
-        with torch.no_grad(), torch.profiler.profile() as profile:
-            y = kernels.linear(x, w, b)
-            fused = kernels.linear_gelu(x, w, b)
-        names = [event.name for event in profile.events()]
-        assert sum("_linear_pointwise" in name for name in names) == 2 and "aten::gelu" not in names
-        torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(fused, F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
-        trained = kernels.linear(x, w.requires_grad_(), b)
+    inference = kernels.options.replace(onednn_linear="inference")
+    with torch.no_grad(), torch.profiler.profile() as profile:
+        y = kernels.linear(x, w, b, inference)
+        fused = kernels.linear_gelu(x, w, b, inference)
+    names = [event.name for event in profile.events()]
+    assert sum("_linear_pointwise" in name for name in names) == 2 and "aten::gelu" not in names
+    torch.testing.assert_close(y, F.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused, F.gelu(F.linear(x, w, b)), rtol=1e-5, atol=1e-5)
+    trained = kernels.linear(x, w.requires_grad_(), b, inference)
     assert "OneDNN" not in type(trained.grad_fn).__name__  # torch's Linear where gradients flow
     assert torch.equal(trained.detach(), F.linear(x, w, b).detach())
     with pytest.raises(Exception, match="onednn_linear must be one of"):

@@ -9,9 +9,8 @@ import torch
 import transformers
 
 import bertkit
-from bertkit import BertConfig, BertkitError
+from bertkit import BertConfig, BertkitError, kernels
 from bertkit.heads import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification
-from bertkit.kernels import speed_options
 
 
 @pytest.fixture(autouse=True)
@@ -49,15 +48,20 @@ PATHS = [("sdpa", {"unpad": "never"}), ("sdpa", {"unpad": "always"}),
          ("sdpa", {"unpad": "never", "attention": "explicit"})]
 
 
+def path_options(implementation, speed):
+    """The kernel options a model on that path holds (the attention implementation is one of them)."""
+    return kernels.options.replace(**{"attention": implementation, **speed})
+
+
 @pytest.mark.parametrize("implementation, speed", PATHS)
 @pytest.mark.parametrize("is_decoder", [False, True])
 def test_attention_maps_equal_transformers_eager_maps(implementation, speed, is_decoder, tmp_path):
     torch.manual_seed(0)
     ours = BertForSequenceClassification(tiny(is_decoder=is_decoder, num_labels=3)).eval()
-    ours.set_attention_implementation(implementation)
+    ours.hold_kernels(path_options(implementation, speed))
     theirs = twin(ours, tmp_path, transformers.AutoModelForSequenceClassification, attn_implementation="eager")
     ids, mask = batch()
-    with torch.no_grad(), speed_options(**speed):
+    with torch.no_grad():
         mine = ours(ids, mask, output_attentions=True, output_hidden_states=True)
         plain = ours(ids, mask)
     with torch.no_grad():
@@ -98,15 +102,15 @@ def test_attention_maps_in_tuples_and_every_head(tmp_path):
 @pytest.mark.parametrize("unpad", ["never", "always"])
 def test_gradient_checkpointing_gives_the_same_gradients(unpad):
     torch.manual_seed(0)
-    model = BertForMaskedLM(tiny(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)).train()
+    model = BertForMaskedLM(tiny(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1),
+                            kernels=kernels.options.replace(unpad=unpad)).train()
     ids, mask = batch()
     labels = ids.masked_fill(torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) > 0.3, -100)
 
     def gradients():
         torch.manual_seed(7)  # the same dropout masks; the recomputation replays them
         model.zero_grad()
-        with speed_options(unpad=unpad):
-            loss = model(ids, mask, labels=labels).loss
+        loss = model(ids, mask, labels=labels).loss
         loss.backward()
         return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
 
@@ -200,9 +204,8 @@ def test_half_precision_inference_on_every_attention_path(dtype):
         low = copy.deepcopy(model).to(dtype)
         assert low.dtype == dtype
         for implementation, speed in PATHS:
-            low.set_attention_implementation(implementation)
-            with speed_options(**speed):
-                out = low(ids, mask, output_hidden_states=True)
+            low.hold_kernels(path_options(implementation, speed))
+            out = low(ids, mask, output_hidden_states=True)
             assert out.logits.dtype == dtype
             torch.testing.assert_close(out.logits.float(), expected, atol=0.05, rtol=0.05)
     with torch.no_grad():

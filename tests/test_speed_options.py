@@ -19,9 +19,19 @@ import bertkit
 from bertkit import BertConfig, kernels
 from bertkit.device import cpu_features
 from bertkit.errors import BertkitError
-from bertkit.kernels import speed_options
-from bertkit.kernels.attention import _explicit_attention_pays
+from bertkit.kernels import KernelOptions, speed_options
+from bertkit.kernels.attention import explicit_attention_pays
 from bertkit.kernels.options import _from_environment
+
+
+def options_with(**changes) -> KernelOptions:
+    """The process default options with `changes`: what a model built with `kernels=` would hold."""
+    return kernels.options.replace(**changes)
+
+
+def holding(model, **changes):
+    """The model, now holding `options_with(**changes)` (as if built with them)."""
+    return model.hold_kernels(options_with(**changes))
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +61,7 @@ def test_onednn_linear_matches_float64_forward_and_backward(rows, inputs, output
     w = (torch.randn(outputs, inputs, generator=g) * 0.1).requires_grad_()
     b = torch.randn(outputs, generator=g, requires_grad=True)
     grad = torch.randn(2, rows // 2 + 1, outputs, generator=g)
-    with speed_options(onednn_linear="training"):
-        y = kernels.linear(x, w, b)
+    y = kernels.linear(x, w, b, options_with(onednn_linear="training"))
     assert y.grad_fn is not None and "OneDNN" in type(y.grad_fn).__name__
     y.backward(grad)
     xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
@@ -69,22 +78,18 @@ def test_onednn_linear_matches_float64_forward_and_backward(rows, inputs, output
 def test_onednn_linear_modes_and_fallbacks():
     x, w = torch.randn(6, 8), torch.randn(4, 8)
     with torch.no_grad():
-        with speed_options(onednn_linear="always"):
-            always = kernels.linear(x, w)
-        with speed_options(onednn_linear="training"):
-            inference = kernels.linear(x, w)  # no gradient: the MKL path, bitwise F.linear
-        with speed_options(onednn_linear="never"):
-            never = kernels.linear(x, w)
+        always = kernels.linear(x, w, None, options_with(onednn_linear="always"))
+        inference = kernels.linear(x, w, None, options_with(onednn_linear="training"))  # no gradient: MKL, bitwise F.linear
+        never = kernels.linear(x, w, None, options_with(onednn_linear="never"))
     reference = F.linear(x, w)
     assert torch.equal(inference, reference) and torch.equal(never, reference)
     torch.testing.assert_close(always, reference, rtol=1e-5, atol=1e-6)
     b = torch.randn(4)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), torch.profiler.profile() as profile:
         autocast_reference = F.linear(x, w, b)
-        with speed_options(onednn_linear="always"):  # oneDNN directly on the operands autocast would make
-            direct = kernels.linear(x, w, b)
-        with speed_options(onednn_linear="training"):
-            assert torch.equal(kernels.linear(x, w, b), autocast_reference)
+        # oneDNN directly on the operands autocast would make
+        direct = kernels.linear(x, w, b, options_with(onednn_linear="always"))
+        assert torch.equal(kernels.linear(x, w, b, options_with(onednn_linear="training")), autocast_reference)
     assert direct.dtype == torch.bfloat16
     # The direct bf16 kernel where the CPU has bf16; torch's own route (the same as autocast) elsewhere.
     direct_call = any("_linear_pointwise" in event.name for event in profile.events())
@@ -105,8 +110,8 @@ def test_linear_gelu_fuses_only_in_onednn_inference_and_matches_float64():
     exact = F.gelu(F.linear(x.double(), w.double(), b.double()))  # erf GELU
 
     def run(**options):
-        with torch.no_grad(), speed_options(**options), torch.profiler.profile() as profile:
-            y = kernels.linear_gelu(x, w, b)
+        with torch.no_grad(), torch.profiler.profile() as profile:
+            y = kernels.linear_gelu(x, w, b, options_with(**options))
         return y, {event.name for event in profile.events()}
 
     fused, fused_ops = run(onednn_linear="always", fused_gelu=True)
@@ -116,8 +121,7 @@ def test_linear_gelu_fuses_only_in_onednn_inference_and_matches_float64():
     assert rel_err(fused, exact) < 1e-5 and rel_err(separate, exact) < 1e-5
     assert torch.equal(mkl, F.gelu(F.linear(x, w, b)))
     x.requires_grad_()
-    with speed_options(onednn_linear="always", fused_gelu=True):
-        y = kernels.linear_gelu(x, w, b)  # gradients needed: unfused, differentiable
+    y = kernels.linear_gelu(x, w, b, options_with(onednn_linear="always", fused_gelu=True))  # gradients: unfused
     assert "Gelu" in type(y.grad_fn).__name__
     torch.testing.assert_close(y.detach(), fused, rtol=1e-5, atol=1e-6)
 
@@ -142,8 +146,7 @@ def test_explicit_attention_matches_sdpa_with_gradients(masking):
     results = {}
     for mode in ("explicit", "sdpa"):
         q, k, v = attention_inputs()
-        with speed_options(attention=mode):
-            out = kernels.attention(q, k, v, attn_mask=mask, is_causal=causal)
+        out = kernels.attention(q, k, v, attn_mask=mask, is_causal=causal, options=options_with(attention=mode))
         out.backward(torch.ones_like(out))
         results[mode] = (out, q.grad, k.grad, v.grad)
     for ours, reference in zip(results["explicit"], results["sdpa"]):
@@ -154,8 +157,7 @@ def test_explicit_attention_rows_with_nothing_to_attend_are_zero_not_nan():
     q, k, v = attention_inputs(T=4)
     mask = torch.zeros(3, 1, 4, 4, dtype=torch.bool)
     mask[0] = True  # first sequence attends everywhere, the others nowhere
-    with speed_options(attention="explicit"):
-        out = kernels.attention(q, k, v, attn_mask=mask)
+    out = kernels.attention(q, k, v, attn_mask=mask, options=options_with(attention="explicit"))
     out.sum().backward()
     assert torch.isfinite(out).all() and torch.isfinite(q.grad).all()
     assert out[1:].abs().max() == 0
@@ -163,14 +165,20 @@ def test_explicit_attention_rows_with_nothing_to_attend_are_zero_not_nan():
 
 def test_explicit_attention_chosen_where_it_pays():
     q, k, v = attention_inputs()
-    auto = _explicit_attention_pays
+    auto = explicit_attention_pays
     assert auto(q, 0.1)  # training with dropout: SDPA would take its math path
     assert not auto(q, 0.0)  # fp32 training without dropout: SDPA's fused kernel
     assert auto(q.detach().bfloat16().requires_grad_(), 0.0)  # bf16 training
     with torch.no_grad():
         assert not auto(q, 0.1)  # inference: SDPA
-    with speed_options(attention="sdpa"):
-        assert not auto(q, 0.1)
+
+    def runs_sdpa(mode):
+        with torch.profiler.profile() as profile:
+            kernels.attention(q, k, v, dropout_p=0.1, options=options_with(attention=mode))
+        return any(event.name == "aten::scaled_dot_product_attention" for event in profile.events())
+
+    # Asked for, SDPA is what runs (one selector: the option the caller or model holds).
+    assert runs_sdpa("sdpa") and not runs_sdpa("auto") and not runs_sdpa("explicit")
 
 
 def test_attention_dropout_is_inverted_dropout_on_the_probabilities():
@@ -180,8 +188,7 @@ def test_attention_dropout_is_inverted_dropout_on_the_probabilities():
     k = torch.randn(B, A, T, D)
     v = torch.ones(B, A, T, D)
     torch.manual_seed(0)
-    with speed_options(attention="explicit"):
-        out = kernels.attention(q, k, v, dropout_p=0.25)
+    out = kernels.attention(q, k, v, dropout_p=0.25, options=options_with(attention="explicit"))
     kept_share = out[..., 0].flatten()  # = (kept / T) / (1 - p): mean 1 over rows
     assert abs(kept_share.mean().item() - 1.0) < 4 * math.sqrt(0.25 / 0.75 / T / kept_share.numel())
     assert kept_share.std() > 0.05  # rows differ: the mask is random, not a constant scale
@@ -201,11 +208,11 @@ def test_packed_attention_matches_masked_padded_attention_with_gradients(mode, c
     packed = torch.cat([qkv.view(B * T, -1)[real], torch.randn(extra, 3 * H, generator=g)]).requires_grad_()
     padded = qkv.clone().requires_grad_()
     grad_out = torch.randn(B, T, H, generator=g)
-    with speed_options(attention=mode):
-        ours = kernels.packed_attention(*packed.chunk(3, -1), lengths, A, is_causal=causal)
-        q, k, v = padded.view(B, T, 3, A, D).permute(2, 0, 3, 1, 4)
-        attn_mask = mask[:, None, None, :] & (torch.ones(T, T, dtype=torch.bool).tril() if causal else True)
-        reference = kernels.attention(q, k, v, attn_mask=attn_mask).transpose(1, 2).reshape(B, T, H)
+    options = options_with(attention=mode)
+    ours = kernels.packed_attention(*packed.chunk(3, -1), lengths, A, is_causal=causal, options=options)
+    q, k, v = padded.view(B, T, 3, A, D).permute(2, 0, 3, 1, 4)
+    attn_mask = mask[:, None, None, :] & (torch.ones(T, T, dtype=torch.bool).tril() if causal else True)
+    reference = kernels.attention(q, k, v, attn_mask=attn_mask, options=options).transpose(1, 2).reshape(B, T, H)
     assert ours.shape == (int(mask.sum()) + extra, H)
     torch.testing.assert_close(ours[:-extra], reference.reshape(B * T, H)[real], rtol=1e-5, atol=1e-6)
     assert ours[-extra:].abs().max() == 0  # rows of no sequence: zeros
@@ -221,10 +228,15 @@ def test_packed_attention_matches_masked_padded_attention_with_gradients(mode, c
 # ---------------------------------------------------------------- fast dropout masks
 
 
+def keep_mask(shape, p):
+    drop, scale = kernels.drop_mask(shape, p)
+    return ~drop, scale
+
+
 def test_keep_mask_has_bernoulli_statistics():
     torch.manual_seed(0)
     n, p = 1_000_001, 0.1
-    keep, scale = kernels.keep_mask((n,), p)
+    keep, scale = keep_mask((n,), p)
     p_rounded = round(p * 32768) / 32768
     assert abs(p_rounded - p) < 1e-4 and scale == pytest.approx(1 / (1 - p_rounded))
     rate = keep.float().mean().item()
@@ -244,7 +256,7 @@ def test_keep_mask_has_bernoulli_statistics():
 def test_keep_mask_uses_the_full_fifteen_bits():
     torch.manual_seed(1)
     for p in (1 / 32768, 0.5, 1 - 1 / 32768):
-        keep, _ = kernels.keep_mask((400_000,), p)
+        keep, _ = keep_mask((400_000,), p)
         expected = 1 - round(p * 32768) / 32768
         assert abs(keep.float().mean().item() - expected) < 5 * math.sqrt(max(expected * (1 - expected), 1e-5) / 4e5)
 
@@ -262,8 +274,10 @@ def test_fast_dropout_forward_backward_and_seeding():
     torch.testing.assert_close(x.grad, kept.float() * scale)  # the forward's mask, same scale
     assert kernels.dropout(x, 0.3, training=False) is x
     assert "_Dropout" in y.grad_fn.name()
-    with speed_options(fast_dropout=False):  # torch's own dropout
-        assert "_Dropout" not in kernels.dropout(x, 0.3).grad_fn.name()
+    assert "_Dropout" not in kernels.dropout(x, 0.3, fast=False).grad_fn.name()  # torch's own dropout
+    module = kernels.Dropout(0.3)
+    module.kernels = options_with(fast_dropout=False)  # what a model holding these options sets
+    assert "_Dropout" not in module(x).grad_fn.name()
 
 
 def test_dropout_module_keeps_nn_dropout_interface():
@@ -308,10 +322,8 @@ def test_unpadding_decision():
     assert kernels.unpadding_for(few) is None
     unpadded = kernels.unpadding_for(many)
     assert unpadded is not None and unpadded.tokens == 64 and unpadded.tokens % kernels.options.unpad_multiple == 0
-    with speed_options(unpad="always", unpad_multiple=1):
-        assert kernels.unpadding_for(few).tokens == 4 * 56
-    with speed_options(unpad="never"):
-        assert kernels.unpadding_for(many) is None
+    assert kernels.unpadding_for(few, options_with(unpad="always", unpad_multiple=1)).tokens == 4 * 56
+    assert kernels.unpadding_for(many, options_with(unpad="never")) is None
 
 
 def test_unpadded_gathers_and_restores_real_tokens():
@@ -338,10 +350,8 @@ def test_unpadded_model_matches_padded_model_on_real_tokens(head, packed):
     batch = padded_batch([40, 3, 17, 29, 1, 40, 8])
     real = batch["attention_mask"].bool()
     with torch.no_grad():
-        with speed_options(unpad="never"):
-            reference = model(**batch, output_hidden_states=True)
-        with speed_options(unpad="always", packed_attention=packed):
-            ours = model(**batch, output_hidden_states=True)
+        reference = holding(model, unpad="never")(**batch, output_hidden_states=True)
+        ours = holding(model, unpad="always", packed_attention=packed)(**batch, output_hidden_states=True)
     for a, b in zip(ours.hidden_states, reference.hidden_states, strict=True):
         torch.testing.assert_close(a[real], b[real], rtol=1e-5, atol=1e-5)
     for key in ("pooler_output", "logits"):
@@ -391,8 +401,8 @@ def test_unpadded_causal_model_matches_transformers(left, tmp_path):
     theirs = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
     batch = padded_batch([30, 12, 5, 30, 21], left=left)
     real = batch["attention_mask"].bool()
-    with torch.no_grad(), speed_options(unpad="always"):
-        mine = ours(**batch).last_hidden_state
+    with torch.no_grad():
+        mine = holding(ours, unpad="always")(**batch).last_hidden_state
     ref = theirs(**batch).last_hidden_state.detach()
     torch.testing.assert_close(mine[real], ref[real], rtol=1e-4, atol=1e-5)
 
@@ -414,13 +424,11 @@ def test_speed_options_training_gradients_match_reference_and_transformers(packe
 
     def gradients(model, **options):
         model.zero_grad()
-        with speed_options(**options):
-            loss = model(**batch, **targets).loss
+        loss = holding(model, **options)(**batch, **targets).loss
         loss.backward()
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    with speed_options(unpad="always"):
-        assert kernels.unpadding_for(batch["attention_mask"]) is not None
+    assert kernels.unpadding_for(batch["attention_mask"], options_with(unpad="always")) is not None
     fast_loss, fast = gradients(ours, unpad="always", attention="explicit", onednn_linear="training", fused_qkv=True,
                                 packed_attention=packed)
     ref_loss, ref = gradients(ours, unpad="never", attention="sdpa", onednn_linear="never", fused_qkv=False)
@@ -440,17 +448,14 @@ def test_speed_options_training_gradients_match_reference_and_transformers(packe
 def test_fused_qkv_is_the_same_projection():
     layer = randomized(bertkit.BertModel(tiny_config())).encoder.layer[0].attention.self
     x = torch.randn(2, 5, layer.query.in_features)
-    with speed_options(fused_qkv=True):
-        fused = torch.cat(kernels.project_qkv(x, layer.query, layer.key, layer.value), -1)
-    with speed_options(fused_qkv=False):
-        separate = torch.cat(kernels.project_qkv(x, layer.query, layer.key, layer.value), -1)
+    fused = torch.cat(kernels.project_qkv(x, layer.query, layer.key, layer.value, options_with(fused_qkv=True)), -1)
+    separate = torch.cat(kernels.project_qkv(x, layer.query, layer.key, layer.value, options_with(fused_qkv=False)), -1)
     expected = torch.cat([layer.query(x), layer.key(x), layer.value(x)], -1)
     torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(separate, expected, rtol=0, atol=0)
     # A swapped-in layer (here a plain nn.Linear, as an adapter would be) runs as it is.
     plain = torch.nn.Linear(layer.query.in_features, layer.query.out_features)
-    with speed_options(fused_qkv=True):
-        q, _, _ = kernels.project_qkv(x, plain, layer.key, layer.value)
+    q, _, _ = kernels.project_qkv(x, plain, layer.key, layer.value, options_with(fused_qkv=True))
     torch.testing.assert_close(q, plain(x), rtol=0, atol=0)
 
 
@@ -460,8 +465,8 @@ def test_bf16_inference_with_speed_options_tracks_fp32():
     real = batch["attention_mask"].bool()
     with torch.no_grad():
         reference = model(**batch).last_hidden_state
-        with torch.autocast("cpu", dtype=torch.bfloat16), speed_options(unpad="always"):
-            ours = model(**batch).last_hidden_state.float()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ours = holding(model, unpad="always")(**batch).last_hidden_state.float()
     error = (ours - reference)[real].abs()
     assert error.mean() < 0.02 and error.max() < 0.15  # bf16 keeps ~3 significant digits
 
@@ -513,25 +518,34 @@ def test_bf16_training_reaches_the_fp32_loss():
 # ---------------------------------------------------------------- the options themselves
 
 
-def test_speed_options_are_restored_and_validated():
-    before = kernels.options.unpad
-    with speed_options(unpad="never"):
-        assert kernels.options.unpad == "never"
-    assert kernels.options.unpad == before
+def test_speed_options_are_values_and_validated():
+    """An options value is immutable (a model holds it; nothing changes it under the model); a block
+    gives its options to the models built inside it, and the default is back after it."""
+    before = kernels.default_options()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        before.unpad = "never"
+    with speed_options(unpad="never") as options:
+        assert options.unpad == "never" and kernels.default_options() is options
+        model = bertkit.BertModel(tiny_config())
+    assert kernels.default_options() == before and model.kernels.unpad == "never"
+    assert bertkit.BertModel(tiny_config()).kernels == before
     with pytest.raises(BertkitError, match="unknown speed option 'turbo'"):
         with speed_options(turbo=True):
             pass
     with pytest.raises(BertkitError, match="unpad must be one of"):
         with speed_options(unpad="sometimes"):
             pass
+    with pytest.raises(BertkitError, match="unpad must be one of"):
+        KernelOptions(unpad="sometimes")
 
 
 def test_removed_speed_options_are_accepted_and_ignored_for_one_release(monkeypatch, caplog):
     """grouped_attention and fused_residual (measured ~1.05x and ~1.0x) were removed; old settings
     still parse, with a warning, and change nothing."""
-    before = dataclasses.asdict(kernels.options)
-    with caplog.at_level("WARNING", logger="bertkit"), speed_options(grouped_attention=False, fused_residual=True):
-        assert dataclasses.asdict(kernels.options) == before
+    before = dataclasses.asdict(kernels.default_options())
+    with caplog.at_level("WARNING", logger="bertkit"), speed_options(grouped_attention=False,
+                                                                      fused_residual=True) as options:
+        assert dataclasses.asdict(options) == before
     assert "grouped_attention was removed" in caplog.text and "fused_residual was removed" in caplog.text
     monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "grouped_attention=0,unpad=never")
     assert _from_environment().unpad == "never"
@@ -616,18 +630,18 @@ AVX2_SCRIPT = textwrap.dedent("""
     ids = torch.randint(1, 200, (6, 40))
     mask = (torch.arange(40)[None] < torch.tensor([40, 3, 17, 29, 1, 40])[:, None]).long()
     real = mask.bool()
-    with kernels.speed_options(onednn_linear="always", unpad="always"):
-        model.eval()
-        with torch.no_grad():
-            fp32 = model.bert(ids * mask, mask).last_hidden_state
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                bf16 = model.bert(ids * mask, mask).last_hidden_state.float()
-        assert (bf16 - fp32)[real].abs().mean() < 0.02
-        model.train()
+    model.hold_kernels(kernels.options.replace(onednn_linear="always", unpad="always"))
+    model.eval()
+    with torch.no_grad():
+        fp32 = model.bert(ids * mask, mask).last_hidden_state
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(ids * mask, mask, labels=torch.where(real, ids, -100)).loss
-        loss.backward()
-        assert torch.isfinite(loss)
+            bf16 = model.bert(ids * mask, mask).last_hidden_state.float()
+    assert (bf16 - fp32)[real].abs().mean() < 0.02
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(ids * mask, mask, labels=torch.where(real, ids, -100)).loss
+    loss.backward()
+    assert torch.isfinite(loss)
     print("fallbacks ok")
 """)
 

@@ -1,28 +1,32 @@
-"""How the model computes: the fast paths behind model.py's one seam, and the speed options.
+"""How the model computes: the fast paths behind model.py's one seam, chosen by the model's options.
 
-model.py says what BERT computes; this module supplies, through three things chosen once,
+model.py says what BERT computes; this package supplies, through things chosen once,
 
-* a `Layout` (`layout_for`, called once per forward by BertModel): the batch as padded (B, T)
+* a layout (`layout_for`, called once per forward by BertModel): the batch as padded (B, T)
   rows with a key mask (`Padded`), or only its real tokens packed (N, H) row after row
-  (`Packed`); the layout also runs attention (`Layout.attention`: SDPA, the written-out
-  formula, or per-sequence attention on the packed rows);
+  (`Packed`); the layout also runs attention (SDPA, the written-out formula, or per-sequence
+  attention on the packed rows: `attention.KERNELS`);
 * `Linear` (an nn.Linear whose fp32 CPU matmuls go through oneDNN where that pays),
   `project_qkv` (query, key and value as one GEMM) and `linear_act` (the exact GELU as the
   GEMM's post-op in inference);
-* `Dropout` (an nn.Dropout drawing CPU masks from half as many random numbers).
+* `Dropout` (an nn.Dropout drawing CPU masks from half as many random draws).
 
-Which of them run is set by the speed options (`options.py`; what each was measured to buy:
-docs/speed.md). Whatever they say, a traced, exported or compiled model runs the plain path:
-F.linear and SDPA on the padded batch with its mask, so one trace serves every padding pattern.
+Which of them run is a `KernelOptions` value the model holds from its construction
+(`BertModel(config, kernels=...)`, `from_pretrained(..., kernels=...)`; the default per CPU class:
+options.py; what each was measured to buy: docs/speed.md). Whatever a model holds, while it is
+traced, exported or compiled it runs the plain path: F.linear and SDPA on the padded batch with
+its mask, so one trace serves every padding pattern.
 """
 
-from .attention import attention, packed_attention
-from .dropout import Dropout, drop_mask, dropout, keep_mask
+from .attention import KERNELS as ATTENTION_KERNELS, attention, packed_attention
+from .dropout import Dropout, drop_mask, dropout
 from .layout import Packed, Padded, Unpadded, layout_for, padding_mask, unpadding_for
 from .linear import Linear, _onednn_matmul, linear, linear_act, linear_gelu, onednn_available, project_qkv
-from .options import REMOVED_OPTIONS, SpeedOptions, exporting, options, speed_options
+from .options import (PROCESS_DEFAULT, REMOVED_OPTIONS, HoldsKernelOptions, KernelOptions, SpeedOptions,
+                      default_options, exporting, options, speed_options)
 
-__all__ = ["SpeedOptions", "REMOVED_OPTIONS", "options", "speed_options", "exporting", "linear", "linear_gelu",
-           "linear_act", "Linear", "project_qkv", "onednn_available", "keep_mask", "drop_mask", "dropout", "Dropout", "attention",
-           "packed_attention", "Padded", "Packed", "Unpadded", "padding_mask", "layout_for", "unpadding_for",
+__all__ = ["KernelOptions", "SpeedOptions", "HoldsKernelOptions", "REMOVED_OPTIONS", "PROCESS_DEFAULT", "options",
+           "default_options", "speed_options", "exporting", "linear", "linear_gelu", "linear_act", "Linear",
+           "project_qkv", "onednn_available", "drop_mask", "dropout", "Dropout", "attention", "packed_attention",
+           "ATTENTION_KERNELS", "Padded", "Packed", "Unpadded", "padding_mask", "layout_for", "unpadding_for",
            "_onednn_matmul"]  # the last for benchmarks/bench_common.py

@@ -1,5 +1,10 @@
 """softmax(q k^T / sqrt(D) + mask) v: torch's SDPA, the formula written out where SDPA is slow on
-the CPU, and attention on packed rows sequence by sequence."""
+the CPU, and attention on packed rows sequence by sequence.
+
+`KERNELS` names the (B, A, T, D) attention kernels; the model's one attention registry
+(model.ATTENTION_IMPLEMENTATIONS) routes "auto", "sdpa" and "explicit" here through the layout, so
+the option a model holds (`KernelOptions.attention`) is the only thing that picks one. A new
+kernel is a function with `sdpa`'s arguments plus one line in KERNELS (and in ATTENTION_MODES)."""
 
 from __future__ import annotations
 
@@ -7,26 +12,31 @@ import torch
 import torch.nn.functional as F
 
 from .dropout import dropout
-from .options import options
+from .options import PROCESS_DEFAULT, KernelOptions
 
 
-def _explicit_attention_pays(q: torch.Tensor, dropout_p: float) -> bool:
+def explicit_attention_pays(q: torch.Tensor, dropout_p: float) -> bool:
     """Written-out attention where torch's CPU SDPA is slow: training with dropout (SDPA then
     takes its unfused math path) and bf16 training (its fused bf16 backward took twice as long)."""
-    if options.attention != "auto":
-        return options.attention == "explicit"
     training = torch.is_grad_enabled() and q.requires_grad
     return q.device.type == "cpu" and training and (dropout_p > 0.0 or q.dtype == torch.bfloat16)
 
 
-def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False):
-    """softmax(q k^T / sqrt(D) + mask) v for (B, A, T, D) inputs; attn_mask bool, True = may attend.
+def sdpa(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, fast_dropout: bool = True):
+    """torch's fused scaled_dot_product_attention (its own dropout)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
 
-    torch's SDPA, or (see `options.attention`) the same formula written out; rows with nothing to
-    attend to give zeros in both.
-    """
-    if not _explicit_attention_pays(q, dropout_p):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal)
+
+def auto_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                   fast_dropout: bool = True):
+    """SDPA, or the written-out formula where that pays (`explicit_attention_pays`)."""
+    run = explicit_attention if explicit_attention_pays(q, dropout_p) else sdpa
+    return run(q, k, v, attn_mask, dropout_p, is_causal, fast_dropout)
+
+
+def explicit_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                       fast_dropout: bool = True):
+    """The formula written out; rows with nothing to attend to give zeros, as in SDPA."""
     T = q.shape[-2]
     # The scale on q (T x D) rather than on the scores (T x T): a smaller pass, exact for D = 64.
     scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # (B, A, T, T)
@@ -38,11 +48,27 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
         probs = torch.ops.aten._safe_softmax(scores, -1)  # a row with nothing to attend gives zeros
     else:
         probs = torch.softmax(scores, -1)  # every row has keys (a causal row at least itself)
-    return dropout(probs, dropout_p) @ v  # (B, A, T, D)
+    return dropout(probs, dropout_p, fast=fast_dropout) @ v  # (B, A, T, D)
+
+
+KERNELS = {"auto": auto_attention, "sdpa": sdpa, "explicit": explicit_attention}
+
+
+def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+              options: KernelOptions | None = None):
+    """softmax(q k^T / sqrt(D) + mask) v for (B, A, T, D) inputs; attn_mask bool, True = may attend.
+
+    The kernel `options.attention` names (default: the process default options; "eager", the
+    model's own formula, runs "explicit" here); rows with nothing to attend to give zeros.
+    """
+    options = options or PROCESS_DEFAULT
+    kernel = KERNELS.get(options.attention, explicit_attention)
+    return kernel(q, k, v, attn_mask, dropout_p, is_causal, options.fast_dropout)
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: list[int], heads: int,
-                     dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+                     dropout_p: float = 0.0, is_causal: bool = False,
+                     options: KernelOptions | None = None) -> torch.Tensor:
     """Attention on packed tokens: (N, H) query, key and value rows, sequence after sequence
     (`lengths` rows each, then rows belonging to none) -> (N, H) context, zeros for those last rows.
 
@@ -57,7 +83,7 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths:
             continue
         # (L, H) rows of this sequence -> (1, A, L, D)
         q_, k_, v_ = (t[start:start + L].view(1, L, heads, H // heads).transpose(1, 2) for t in (q, k, v))
-        ctx = attention(q_, k_, v_, dropout_p=dropout_p, is_causal=is_causal)  # (1, A, L, D)
+        ctx = attention(q_, k_, v_, dropout_p=dropout_p, is_causal=is_causal, options=options)  # (1, A, L, D)
         parts.append(ctx.transpose(1, 2).reshape(L, H))
         start += L
     if start < N:

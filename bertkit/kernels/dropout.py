@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .options import options
+from .options import HoldsKernelOptions
+
 
 
 def drop_mask(shape, p: float, device=None) -> tuple[torch.Tensor, float]:
@@ -24,12 +25,6 @@ def drop_mask(shape, p: float, device=None) -> tuple[torch.Tensor, float]:
     torch.lt(bits >> 16, threshold, out=drop[:, 1])
     scale = 1.0 / (1.0 - threshold / 32768) if threshold < 32768 else 0.0
     return drop.view(-1)[:n].view(shape), scale
-
-
-def keep_mask(shape, p: float, device=None) -> tuple[torch.Tensor, float]:
-    """`drop_mask`'s complement: True where an element is kept (probability 1 - p')."""
-    drop, scale = drop_mask(shape, p, device)
-    return ~drop, scale
 
 
 class _Dropout(torch.autograd.Function):
@@ -50,17 +45,17 @@ class _Dropout(torch.autograd.Function):
         return grad.mul(ctx.scale).masked_fill_(drop, 0.0), None
 
 
-def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """F.dropout, with `drop_mask` masks on the CPU when `options.fast_dropout` is on."""
+def dropout(x: torch.Tensor, p: float, training: bool = True, fast: bool = True) -> torch.Tensor:
+    """F.dropout, with `drop_mask` masks on the CPU when `fast` (the option `fast_dropout`)."""
     if not training or p == 0.0:
         return x
-    if options.fast_dropout and x.device.type == "cpu" and 0.0 < p < 1.0:
+    if fast and x.device.type == "cpu" and 0.0 < p < 1.0:
         return _Dropout.apply(x, p)
     return F.dropout(x, p, training)
 
 
-class Dropout(nn.Dropout):
+class Dropout(HoldsKernelOptions, nn.Dropout):
     """nn.Dropout computed by `dropout` above; setting `p = 0` turns it off like any nn.Dropout."""
 
     def forward(self, x):
-        return dropout(x, self.p, self.training)
+        return dropout(x, self.p, self.training, self.kernels.fast_dropout)

@@ -4,24 +4,23 @@ the real tokens packed (N, H); each runs attention for its own shape."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .attention import attention, packed_attention
-from .options import exporting, options
+from .options import PROCESS_DEFAULT, KernelOptions, exporting
 
 
 class Padded:
     """The batch as it comes, (B, T, H) rows; attention masks the padding keys.
 
     mask: None (nothing to mask) or bool (B, 1, 1|T, T), True = may attend, causal part included;
-    `causal` alone (no mask) lets SDPA take its fast causal path. `plain`: SDPA whatever the
-    options say (while exporting).
+    `causal` alone (no mask) lets SDPA take its fast causal path. `options`: the model's kernels
+    (while exporting: the plain ones, whatever the model holds).
     """
 
-    def __init__(self, mask: torch.Tensor | None, causal: bool, plain: bool = False):
+    def __init__(self, mask: torch.Tensor | None, causal: bool, options: KernelOptions = PROCESS_DEFAULT):
         self.mask = mask
         self.causal = causal
-        self.plain = plain
+        self.options = options
 
     def enter(self, x: torch.Tensor) -> torch.Tensor:
         return x  # (B, T, H)
@@ -39,9 +38,8 @@ class Padded:
         """(B, T, H) query, key, value -> (B, T, H) context."""
         B, T, H = q.shape
         q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
-        run = F.scaled_dot_product_attention if self.plain else attention
         causal_flag = self.causal and self.mask is None
-        ctx = run(q, k, v, attn_mask=self.mask, dropout_p=dropout_p, is_causal=causal_flag)  # (B, A, T, D)
+        ctx = attention(q, k, v, self.mask, dropout_p, causal_flag, self.options)  # (B, A, T, D)
         return ctx.transpose(1, 2).reshape(B, T, H)
 
 
@@ -79,8 +77,8 @@ class Packed(Padded):
     (projections, feed-forward, LayerNorm, dropout) skips the padding. Attention runs on the
     packed rows sequence by sequence (`options.packed_attention`), or on them padded back."""
 
-    def __init__(self, unpadded: Unpadded, mask: torch.Tensor, causal: bool):
-        super().__init__(mask, causal)
+    def __init__(self, unpadded: Unpadded, mask: torch.Tensor, causal: bool, options: KernelOptions = PROCESS_DEFAULT):
+        super().__init__(mask, causal, options)
         self.unpadded = unpadded
         self.per_sequence = options.packed_attention
 
@@ -93,7 +91,7 @@ class Packed(Padded):
     def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
         """(N, H) query, key, value -> (N, H) context."""
         if self.per_sequence:
-            return packed_attention(q, k, v, self.unpadded.lengths, heads, dropout_p, self.causal)
+            return packed_attention(q, k, v, self.unpadded.lengths, heads, dropout_p, self.causal, self.options)
         padded = super().attention(*(self.unpadded.pad(t) for t in (q, k, v)), heads, dropout_p)
         return self.unpadded.unpad(padded)
 
@@ -109,17 +107,20 @@ def padding_mask(attention_mask: torch.Tensor | None, causal: bool, T: int, skip
     return mask
 
 
-def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int) -> Padded:
+def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int,
+               options: KernelOptions = PROCESS_DEFAULT) -> Padded:
     """The layout for this batch: packed when `options.unpad` says it pays, padded otherwise, and
-    always padded (mask built unconditionally) while the model is being traced or exported."""
+    always padded with the plain kernels (mask built unconditionally) while the model is being
+    traced or exported, whatever options it holds."""
     if exporting():
-        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal, plain=True)
+        plain = KernelOptions.plain()
+        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal, plain)
     mask = padding_mask(attention_mask, causal, T)
-    unpadded = unpadding_for(attention_mask) if mask is not None else None
-    return Padded(mask, causal) if unpadded is None else Packed(unpadded, mask, causal)
+    unpadded = unpadding_for(attention_mask, options) if mask is not None else None
+    return Padded(mask, causal, options) if unpadded is None else Packed(unpadded, mask, causal, options)
 
 
-def unpadding_for(attention_mask: torch.Tensor | None) -> Unpadded | None:
+def unpadding_for(attention_mask: torch.Tensor | None, options: KernelOptions = PROCESS_DEFAULT) -> Unpadded | None:
     """An Unpadded for this batch when `options.unpad` says so, else None (run padded)."""
     if attention_mask is None or options.unpad == "never" or attention_mask.dim() != 2:
         return None

@@ -11,7 +11,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..device import cpu_features
-from .options import exporting, options
+from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, exporting
 
 
 @functools.cache
@@ -64,14 +64,13 @@ def _weight_gradient(grad_rows: torch.Tensor, x_rows: torch.Tensor) -> torch.Ten
     return _onednn_matmul(x_rows.t(), grad_rows.t()).t().contiguous()  # ((in, M) @ (M, out)).T
 
 
-def _onednn_applies(x: torch.Tensor) -> bool:
-    return (not exporting() and options.onednn_linear != "never" and x.device.type == "cpu" and x.numel() > 0
-            and onednn_available())
+def _onednn_applies(x: torch.Tensor, mode: str) -> bool:
+    return not exporting() and mode != "never" and x.device.type == "cpu" and x.numel() > 0 and onednn_available()
 
 
-def _onednn_in_inference() -> bool:
+def _onednn_in_inference(mode: str) -> bool:
     """oneDNN runs the Linear layers of no-grad passes ("always" and "inference")."""
-    return options.onednn_linear in ("always", "inference")
+    return mode in ("always", "inference")
 
 
 def _bf16_autocast_inference(x: torch.Tensor) -> bool:
@@ -81,7 +80,8 @@ def _bf16_autocast_inference(x: torch.Tensor) -> bool:
             and not torch.is_grad_enabled() and cpu_features().bf16)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           options: KernelOptions = PROCESS_DEFAULT) -> torch.Tensor:
     """F.linear, with fp32 CPU matmuls through oneDNN as `options.onednn_linear` says.
 
     "always": forward and backward; "training": only where gradients are computed; "inference":
@@ -89,11 +89,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     bf16), oneDNN's matmul is called directly on the bf16 operands autocast would make: ~7% faster
     than F.linear's addmm route.
     """
-    if not _onednn_applies(x):
-        return F.linear(x, weight, bias)
     mode = options.onednn_linear
+    if not _onednn_applies(x, mode):
+        return F.linear(x, weight, bias)
     if torch.is_autocast_enabled("cpu"):
-        if _onednn_in_inference() and _bf16_autocast_inference(x):
+        if _onednn_in_inference(mode) and _bf16_autocast_inference(x):
             return _onednn_matmul(x.bfloat16(), weight.bfloat16(), None if bias is None else bias.bfloat16())
         return F.linear(x, weight, bias)
     if x.dtype != torch.float32 or weight.dtype != torch.float32:
@@ -102,12 +102,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     if needs_grad:
         return _OneDNNLinear.apply(x, weight, bias) if mode in ("always", "training") else F.linear(x, weight, bias)
-    if _onednn_in_inference():
+    if _onednn_in_inference(mode):
         return _onednn_matmul(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
-def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                options: KernelOptions = PROCESS_DEFAULT) -> torch.Tensor:
     """gelu(x @ weight.T + bias), exact (erf) GELU. In inference through oneDNN (bf16 autocast on a
     CPU with bf16, or fp32 with `onednn_linear` "always" or "inference") the GELU runs as the GEMM's post-op
     (`options.fused_gelu`): one pass less over the (..., 4H) activations."""
@@ -119,23 +120,23 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                 # applied to the fp32 sums before rounding to bf16 rather than after.
                 return torch.ops.mkldnn._linear_pointwise(
                     x.bfloat16(), weight.bfloat16(), None if bias is None else bias.bfloat16(), "gelu", [], "none")
-        elif _onednn_in_inference() and x.dtype == weight.dtype == torch.float32:
+        elif _onednn_in_inference(options.onednn_linear) and x.dtype == weight.dtype == torch.float32:
             return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], "none")
-    return F.gelu(linear(x, weight, bias))
+    return F.gelu(linear(x, weight, bias, options))
 
 
-class Linear(nn.Linear):
-    """nn.Linear (same parameters and names) computed by `linear` above."""
+class Linear(HoldsKernelOptions, nn.Linear):
+    """nn.Linear (same parameters and names) computed by `linear` above with the options it holds."""
 
     def forward(self, x):
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.kernels)
 
 
 def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     """act(layer(x)). For a bertkit Linear followed by the exact GELU, `linear_gelu` (one fused
     GEMM in inference); any other layer (an adapter, a quantised Linear) runs as it is."""
     if act is F.gelu and type(layer) is Linear:
-        return linear_gelu(x, layer.weight, layer.bias)
+        return linear_gelu(x, layer.weight, layer.bias, layer.kernels)
     return act(layer(x))
 
 
@@ -155,7 +156,8 @@ class ProjectedWithQuery(nn.Module):
         raise RuntimeError("this projection is computed together with query (project_qkv)")
 
 
-def project_qkv(x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module):
+def project_qkv(x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module,
+                options: KernelOptions = PROCESS_DEFAULT):
     """(query(x), key(x), value(x)), each (..., H). With `options.fused_qkv` (and three bertkit
     Linear layers) one GEMM on the concatenated (3H, H) weights, returned as three views; the
     checkpoint keeps query / key / value. A `QKVProjection` in the query slot computes all three."""
@@ -165,5 +167,5 @@ def project_qkv(x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Mod
     if options.fused_qkv and all(type(layer) is Linear for layer in layers):
         weight = torch.cat([layer.weight for layer in layers])  # (3H, H)
         bias = torch.cat([layer.bias for layer in layers])
-        return linear(x, weight, bias).chunk(3, -1)  # (..., 3H) -> 3 x (..., H)
+        return linear(x, weight, bias, options).chunk(3, -1)  # (..., 3H) -> 3 x (..., H)
     return query(x), key(x), value(x)

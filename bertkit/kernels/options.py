@@ -1,12 +1,19 @@
-"""The speed options: which fast paths run (docs/speed.md has what each was measured to buy).
+"""How a model computes: `KernelOptions`, a frozen value chosen when the model is built and held by
+it (docs/speed.md has what each option was measured to buy).
 
-Set them for a block with ``with speed_options(unpad="never"): ...`` or for a process with the
-environment variable ``BERTKIT_SPEED_OPTIONS="onednn_linear=never,unpad=never"``.
+    model = BertModel(config, kernels=KernelOptions(unpad="never"))
+    model = load_model(folder, kernels=kernels.default_options().replace(onednn_linear="never"))
+
+A model built without `kernels=` takes the process default: the per-CPU-class choice below, changed
+by the environment variable ``BERTKIT_SPEED_OPTIONS="onednn_linear=never,unpad=never"`` (read once,
+at import). Nothing is read from module state while a model runs: two models with different
+options run side by side, in threads too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
@@ -20,7 +27,9 @@ log = logging.getLogger("bertkit")
 
 UNPAD_MODES = ("auto", "always", "never")
 ONEDNN_MODES = ("training", "inference", "always", "never")
-ATTENTION_MODES = ("auto", "sdpa", "explicit")
+# The attention implementations (model.ATTENTION_IMPLEMENTATIONS, the one registry): "auto" is SDPA,
+# or the written-out formula where torch's CPU SDPA is slow (kernels/attention.py).
+ATTENTION_MODES = ("auto", "sdpa", "explicit", "eager")
 # Options removed after measuring ~1.0x (fused_residual) and ~1.05x (grouped_attention) end to
 # end: still accepted, and ignored, until the next release.
 REMOVED_OPTIONS = ("fused_residual", "grouped_attention")
@@ -49,8 +58,10 @@ def default_onednn_linear(features: CpuFeatures | None = None) -> str:
     return FP32_LINEAR_BY_CLASS.get(features.cpu_class, "never")
 
 
-@dataclasses.dataclass
-class SpeedOptions:
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """Which kernels a model runs. Immutable: `replace(...)` gives a changed copy (validated)."""
+
     onednn_linear: str = dataclasses.field(default_factory=default_onednn_linear)
     fused_qkv: bool = True
     attention: str = "auto"
@@ -63,22 +74,47 @@ class SpeedOptions:
     packed_attention: bool = True
     fused_gelu: bool = True
 
+    def __post_init__(self):
+        for option, modes in (("unpad", UNPAD_MODES), ("onednn_linear", ONEDNN_MODES),
+                              ("attention", ATTENTION_MODES)):
+            if getattr(self, option) not in modes:
+                raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, "
+                                   f"not {getattr(self, option)!r}")
 
-def _from_environment() -> SpeedOptions:
-    options = SpeedOptions()
-    text = os.environ.get("BERTKIT_SPEED_OPTIONS", "").strip()
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, value = item.partition("=")
-        _set(options, name.strip(), value.strip(), source="BERTKIT_SPEED_OPTIONS")
-    return options
+    def replace(self, source: str | None = None, **changes) -> KernelOptions:
+        """A copy with `changes` (values may be strings, as in BERTKIT_SPEED_OPTIONS); an unknown
+        option or value is a BertkitError naming `source`; a removed option is ignored with a warning."""
+        values = {}
+        for name, value in changes.items():
+            parsed = _parse(name, value, source)
+            if parsed is not _REMOVED:
+                values[name] = parsed
+        try:
+            return dataclasses.replace(self, **values)
+        except BertkitError as err:
+            where = f" (in {source})" if source else ""
+            raise BertkitError(f"{err}{where}") from None
+
+    @classmethod
+    def plain(cls) -> KernelOptions:
+        """What a graph can hold (ONNX export, tracing): F.linear, SDPA on the padded batch, no
+        unpadding, no fused post-ops; the same numbers at every real position."""
+        return cls(onednn_linear="never", unpad="never", fused_gelu=False, packed_attention=False,
+                   attention="sdpa", fast_dropout=False)
 
 
-def _set(options: SpeedOptions, name: str, value, source: str | None = None) -> None:
-    fields = {f.name: f.type for f in dataclasses.fields(SpeedOptions)}
+SpeedOptions = KernelOptions  # the name before the options were held by the model
+
+
+_REMOVED = object()
+
+
+def _parse(name: str, value, source: str | None):
+    fields = {f.name: f.type for f in dataclasses.fields(KernelOptions)}
     where = f" (in {source})" if source else ""
     if name in REMOVED_OPTIONS:
         log.warning("speed option %s%s was removed (it bought ~1.0x); it is ignored", name, where)
-        return
+        return _REMOVED
     if name not in fields:
         raise BertkitError(f"unknown speed option {name!r}{where}; choose from {', '.join(fields)}")
     if isinstance(value, str):
@@ -91,26 +127,52 @@ def _set(options: SpeedOptions, name: str, value, source: str | None = None) -> 
                 value = int(value)
             except ValueError:
                 raise BertkitError(f"speed option {name} must be an integer, not {value!r}{where}") from None
-    for option, modes in (("unpad", UNPAD_MODES), ("onednn_linear", ONEDNN_MODES), ("attention", ATTENTION_MODES)):
-        if name == option and value not in modes:
-            raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, not {value!r}{where}")
-    setattr(options, name, value)
+    return value
 
 
-options = _from_environment()
+def _from_environment() -> KernelOptions:
+    """The defaults for this CPU, changed by BERTKIT_SPEED_OPTIONS ("name=value,name=value")."""
+    text = os.environ.get("BERTKIT_SPEED_OPTIONS", "").strip()
+    changes = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        changes[name.strip()] = value.strip()
+    return KernelOptions().replace(source="BERTKIT_SPEED_OPTIONS", **changes)
+
+
+# The process default, fixed at import (a frozen value: nothing can change it while models run).
+PROCESS_DEFAULT = options = _from_environment()
+
+# Only model construction reads this (a `speed_options` block's options for the models built in
+# it); a running model never does.
+_construction_default: contextvars.ContextVar[KernelOptions | None] = contextvars.ContextVar(
+    "bertkit_kernel_options", default=None)
+
+
+class HoldsKernelOptions:
+    """A module that computes through the kernels: it holds its model's options in `kernels`, set when
+    the model is built (`BertPreTrainedModel.hold_kernels`); alone, it has the process default."""
+
+    kernels: KernelOptions = PROCESS_DEFAULT
+
+
+def default_options() -> KernelOptions:
+    """The options a model built here and now gets without `kernels=`: those of the enclosing
+    `speed_options` block, else the process default."""
+    return _construction_default.get() or PROCESS_DEFAULT
 
 
 @contextlib.contextmanager
 def speed_options(**changes):
-    """Change speed options inside a block: `with speed_options(onednn_linear="never"): ...`."""
-    saved = dataclasses.replace(options)
+    """`with speed_options(unpad="never") as chosen:` the default options with these changes, for
+    the models *built* inside the block (a model keeps the options it was built with; pass
+    `kernels=` to choose them without a block)."""
+    chosen = default_options().replace(**changes)
+    token = _construction_default.set(chosen)
     try:
-        for name, value in changes.items():
-            _set(options, name, value)
-        yield options
+        yield chosen
     finally:
-        for field in dataclasses.fields(SpeedOptions):
-            setattr(options, field.name, getattr(saved, field.name))
+        _construction_default.reset(token)
 
 
 def exporting() -> bool:

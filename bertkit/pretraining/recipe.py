@@ -4,42 +4,8 @@ for a wall-clock budget, the ones that measured best for that budget on a 2-core
 `resolve_recipe(given, time_budget)` fills every setting the user did not give. Without a
 budget the defaults are the paper's; with one they come from the `BUDGET_RECIPES` row for the
 budget, and every difference from the paper is listed (`deviations`), so that the run's
-config.json and the reproduction report can name them.
-
-The budget rows were chosen by measurement (benchmarks/pretrain_budget.py; table and lever
-ablations in benchmarks/results/pretraining_budget.md). What they change, and why:
-- a smaller model for a shorter budget: in 15 minutes on 2 cores BERT-TINY (2 layers, 128 wide)
-  takes ~6,000 steps of 32 sequences, BERT-MINI ~1,300; at this scale the number of updates decides
-  how soon MLM leaves the "predict frequent tokens" plateau, more than depth or width;
-- (outside the recipe, where the data is made) a smaller vocabulary: 8,192 pieces trained on the
-  corpus instead of 30,522 make the embedding and output layers 4x cheaper and every piece
-  frequent enough to be learned;
-- no dropout while pre-training (Cramming): at this data size nothing is seen often enough
-  to overfit, and dropout slows learning; the saved config carries the paper's 0.1 for
-  fine-tuning;
-- a higher peak learning rate with a short warm-up and linear decay to zero at the budget's
-  end (Izsak et al. 2021); the warm-up is 6% of the steps but at least 150 (while under a third of
-  them): at 2e-3 an 88-step warm-up wiped out the neighbour heads, 138 steps kept them;
-- a smaller batch, 32 (more updates in the budget at the same sequences per second), and 16 on
-  data whose vocabulary makes a step much costlier than the 8,192 pieces the rows were measured
-  with (`fit_to_vocabulary`): the output layer runs at the masked positions only, but there it
-  multiplies by the whole vocabulary, ~58% of a BERT-TINY step's multiply-adds with the 30,522
-  pieces of bert-base-uncased against ~27% with 8,192, so a step costs ~1.7x and the budget holds
-  ~40% fewer updates; half the batch keeps the update count (an estimate from the shapes, not yet
-  measured per vocabulary; training a smaller vocabulary pays more, see the README);
-- a short-sequence phase: the first 70% of the steps see the same data's pairs cut to 64 tokens
-  (the paper's own two-length schedule, §A.2, with the shorter length first): 2.6x the sequences
-  per second, and attention spread over fewer positions; +1.7 to +1.9 points of held-out MLM
-  accuracy at 5 minutes in three runs (64 for 70%, from separate data or cut at load time; 32 for
-  50% the same, 32 for 80% less);
-- neighbour heads (init.py): the position embeddings start from a sine table and the first layer's
-  heads as previous- and next-token heads on it (all still learned). From random init the heads
-  never learn to look at neighbours within these budgets and MLM stalls at the bag-of-words
-  plateau (13-14% held-out); with them 22.0% at 5 minutes (21.3% without the short phase); [CLS]
-  starts with no position in those heads, attending over the pair (held-out NSP 64.0% against
-  55.3% at 8 minutes, 56.2% against 55.1% at 15; one run each, see init.py);
-- NSP stays on (the paper's objective), so do sequence length 128 and the 15% masking rate (30%
-  gained +0.3 MLM / +4.7 NSP points at 15 minutes in one run each: not clearly above noise).
+config.json and the reproduction report can name them. Why each row is what it is, and the
+measurements behind it: benchmarks/results/pretraining_budget.md (benchmarks/pretrain_budget.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`bertkit pretrain`: MLM + NSP pre-training by the paper's recipe (§3.1, appendix A.2), or its ablations.
 
-Objectives (configuration on the one model and loop, not forks):
-  bert     BertForPreTraining: MLM + NSP
-  no-nsp   BertForMaskedLM: MLM only
+Objectives (objectives/, one object each: its batch, head and metrics, on the one model and loop):
+  bert     BertForPreTraining: MLM + NSP            (--objective mlm)
+  no-nsp   BertForMaskedLM: MLM only                (--objective mlm --no-nsp)
   ltr      BertForMaskedLM with causal attention, predicting the next token at every position
 Two phases: phase 1 on `--train-data` (length 128), the last `--phase2-fraction` of the steps on
 `--phase2-data` (length 512); one linear warm-up/decay schedule spans both.
@@ -26,7 +26,6 @@ from .. import flags
 from ..config import BertConfig
 from ..errors import BertkitError
 from ..hub_resolve import resolve_model
-from ..heads import BertForMaskedLM, BertForPreTraining
 from ..metrics import perplexity
 from ..outputs import atomic_write_text, check_not_an_input_folder
 from ..tokenizer import BertTokenizer
@@ -34,17 +33,17 @@ from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
 from ..train.plan import parse_duration
 from .init import POSITION_INITS, neighbour_heads_, sinusoidal_positions_
+from .objectives import MLM_NSP, OBJECTIVES, Objective, resolve_objective
 from .recipe import PAPER, deviations_from_paper, resolve_recipe
 from .shards import PretrainingBatchSource, PretrainingDataset
 
 log = logging.getLogger("bertkit")
 
 
-def build_pretraining_model(config: BertConfig, objective: str, nsp: bool):
-    """BertForPreTraining (MLM + NSP), or BertForMaskedLM for No-NSP and LTR (config.is_decoder)."""
-    if objective == "ltr" or not nsp:
-        return BertForMaskedLM(config)
-    return BertForPreTraining(config)
+def build_pretraining_model(config: BertConfig, objective: Objective | str = "mlm", nsp: bool = True):
+    """The objective's head on `config` (BertForPreTraining for MLM + NSP, BertForMaskedLM for No-NSP
+    and LTR, whose config gets left-to-right attention)."""
+    return resolve_objective(objective, nsp).build_model(config)
 
 
 def split_phases(phases: list[tuple], max_steps: int | None) -> list[Phase]:
@@ -63,22 +62,15 @@ def split_phases(phases: list[tuple], max_steps: int | None) -> list[Phase]:
     return [Phase(src, steps=count, name=name) for (src, name, _), count in zip(phases, counts)]
 
 
-def pretraining_batch_metrics(batch: dict, out) -> dict:
-    """Running MLM and NSP accuracy for the training logs: (correct, total) pairs."""
-    metrics = {}
-    labels = batch.get("labels")
-    logits = out.get("prediction_logits")
-    if labels is not None and logits is not None:
-        targets = labels[labels != -100]
-        metrics["mlm_accuracy"] = (int((logits.argmax(-1) == targets).sum()), targets.numel())
-    if "next_sentence_label" in batch and out.get("seq_relationship_logits") is not None:
-        nsp = batch["next_sentence_label"]
-        metrics["nsp_accuracy"] = (int((out["seq_relationship_logits"].argmax(-1) == nsp).sum()), nsp.numel())
-    return metrics
+def pretraining_batch_metrics(batch: dict, out, objective: Objective = MLM_NSP) -> dict:
+    """Running MLM and NSP accuracy for the training logs: (correct, total) pairs (the objective's)."""
+    return objective.batch_metrics(batch, out)
 
 
 def make_evaluator(eval_source: PretrainingBatchSource, max_batches: int):
-    """Held-out MLM loss / accuracy / perplexity and NSP accuracy, on the same masks every time."""
+    """Held-out MLM loss / accuracy / perplexity and NSP accuracy, on the same masks every time (the
+    metrics the source's objective names)."""
+    objective = eval_source.options["objective"]
 
     def evaluate(model) -> dict:
         device = next(model.parameters()).device
@@ -90,9 +82,10 @@ def make_evaluator(eval_source: PretrainingBatchSource, max_batches: int):
             out = model(**batch)
             n = int((batch["labels"] != -100).sum())
             mlm_loss_sum += float(out["mlm_loss"]) * n
-            correct, total = pretraining_batch_metrics(batch, out)["mlm_accuracy"]
+            metrics = objective.batch_metrics(batch, out)
+            correct, total = metrics["mlm_accuracy"]
             mlm_correct, mlm_total = mlm_correct + correct, mlm_total + total
-            if "nsp_accuracy" in (m := pretraining_batch_metrics(batch, out)):
+            if "nsp_accuracy" in (m := metrics):
                 nsp_correct, nsp_total = nsp_correct + m["nsp_accuracy"][0], nsp_total + m["nsp_accuracy"][1]
         mean_loss = mlm_loss_sum / max(mlm_total, 1)
         result = {"mlm_loss": mean_loss, "mlm_accuracy": mlm_correct / max(mlm_total, 1),
@@ -111,19 +104,22 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
              masked_lm_prob: float | None = None, precision: str = "auto", seed: int = 12345,
              logging_steps: int = 50, save_steps: int = 1000, eval_steps: int = 0, eval_data: str | None = None,
              eval_batches: int = 20, resume: bool = False, overwrite: bool = False, nsp: bool | None = None,
-             objective: str = "mlm", mask_mix=None, masking: str | None = None, phase2_data: str | None = None,
+             objective: Objective | str = "mlm", mask_mix=None, masking: str | None = None,
+             phase2_data: str | None = None,
              phase2_fraction: float = 0.1, init_from: str | None = None, device: str = "auto",
              progress: bool | None = None, position_init: str | None = None, short_seq_length: int | None = None,
              short_seq_fraction: float | None = None):
     """Pre-train and return the TrainResult; the model lands in `output` in the Hugging Face layout.
+
+    `objective`: an Objective (objectives.OBJECTIVES) or its name; "mlm" is MLM + NSP, or MLM only
+    with `nsp=False` (or a recipe without NSP).
 
     Settings left as None come from the recipe: the paper's without `time_budget`, else the one
     measured best for that budget (recipe.py). With `time_budget` the run ends on time: data
     loading, the measuring steps, evaluations, checkpoints and the final save are inside it.
     """
     clock_start = time.time()
-    if objective not in ("mlm", "ltr"):
-        raise BertkitError(f"--objective must be mlm or ltr, not {objective!r}")
+    resolve_objective(objective)  # a bad name fails before any work
     budget = parse_duration(time_budget) if time_budget is not None else None
     check_not_an_input_folder(output, {"--init-from": init_from, "--train-data": data, "--eval-data": eval_data,
                                        "--phase2-data": phase2_data})
@@ -169,17 +165,16 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         raise BertkitError("--short-seq-length needs --short-seq-fraction between 0 and 1")
     if short_seq_fraction is not None and not recipe.short_seq_length:
         raise BertkitError("--short-seq-fraction needs --short-seq-length")
-    nsp = recipe.nsp and objective == "mlm"
-    if not nsp and objective == "mlm" and "no next-sentence prediction" not in " ".join(deviations):
-        deviations.append("no next-sentence prediction (paper: MLM + NSP)")
-    if objective == "ltr":
-        deviations.append("left-to-right objective (the paper's LTR ablation)")
+    objective = resolve_objective(objective, nsp=recipe.nsp)
+    nsp = objective.nsp
+    if objective.deviation and objective.deviation not in deviations:
+        deviations.append(objective.deviation)
     rank, world = dist_info()
     per_rank, rest = divmod(recipe.batch_size, world * grad_accum)
     if rest or per_rank < 1:
         raise BertkitError(f"--batch-size {recipe.batch_size} must be a multiple of ranks x grad-accum = "
                            f"{world * grad_accum}")
-    source_options = dict(objective=objective, nsp=nsp, mask_mix=mask_mix, masking=masking)
+    source_options = dict(objective=objective, mask_mix=mask_mix, masking=masking)
     train_options = dict(source_options)
     if recipe.masked_lm_prob is not None:
         train_options.update(masking="dynamic", masked_lm_prob=recipe.masked_lm_prob,
@@ -214,16 +209,15 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
     tokenizer = data_tokenizer(dataset1)
     set_seed(seed)  # the initial weights too are a function of --seed
     if init_from is not None:
-        model, config = continued_model(init_from, dataset1, objective, nsp, recipe.dropout)
+        model, config = continued_model(init_from, dataset1, objective, recipe.dropout)
         deviations.append(f"continued from {init_from}")
     else:
         config = model_config if isinstance(model_config, BertConfig) else BertConfig.from_name_or_file(
             recipe.model_config)
-        config = config.replace(vocab_size=dataset1.vocab_size, pad_token_id=dataset1.pad_id,
-                                is_decoder=objective == "ltr")
+        config = objective.configure(config.replace(vocab_size=dataset1.vocab_size, pad_token_id=dataset1.pad_id))
         if dropout is not None or budget:  # else a given config.json keeps its own dropout
             config = config.replace(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
-        model = build_pretraining_model(config, objective, nsp)
+        model = objective.build_model(config)
         if recipe.position_init == "sinusoidal":
             sinusoidal_positions_(model.bert.embeddings.position_embeddings, config.initializer_range)
         elif recipe.position_init == "neighbours":
@@ -239,7 +233,7 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
 
     identity = {"data": str(Path(data).resolve()), "phase2_data": str(Path(phase2_data).resolve()) if phase2_data
                 else None, "model": {k: v for k, v in model.config.to_dict().items() if k != "architectures"},
-                "seed": seed, "objective": objective, "nsp": nsp, "batch_size": recipe.batch_size,
+                "seed": seed, "objective": objective.flag, "nsp": nsp, "batch_size": recipe.batch_size,
                 "learning_rate": recipe.learning_rate, "time_budget": budget, "max_steps": recipe.max_steps,
                 "init_from": str(init_from) if init_from else None}
     args = TrainArgs(output_dir=output, learning_rate=recipe.learning_rate, warmup_steps=recipe.warmup_steps,
@@ -254,9 +248,9 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
                   "phase2_data": phase2_data, "eval_data": eval_data,
                   "model_config": model.config.to_dict(), "recipe": dataclasses.asdict(recipe),
                   "deviations_from_paper": deviations, "time_budget_seconds": budget, "grad_accum": grad_accum,
-                  "world_size": world, "objective": objective, "nsp": nsp, "mask_mix": mask_mix, "seed": seed,
+                  "world_size": world, "objective": objective.flag, "nsp": nsp, "mask_mix": mask_mix, "seed": seed,
                   "precision": precision, "init_from": init_from}
-    result = fit(model, phases, args, evaluate=evaluate, batch_metrics=pretraining_batch_metrics)
+    result = fit(model, phases, args, evaluate=evaluate, batch_metrics=objective.batch_metrics)
     if rank == 0:
         # A run whose dropout was switched off for pre-training saves the paper's for fine-tuning.
         restore = PAPER.dropout if (dropout is not None or budget or init_from) else None
@@ -272,7 +266,7 @@ def data_tokenizer(dataset: PretrainingDataset) -> BertTokenizer:
     return tokenizer
 
 
-def continued_model(init_from: str, dataset: PretrainingDataset, objective: str, nsp: bool, dropout: float):
+def continued_model(init_from: str, dataset: PretrainingDataset, objective: Objective, dropout: float):
     """A pre-training model initialised from a checkpoint (a folder or a Hub id) whose vocabulary matches
     the data's."""
     directory = resolve_model(init_from)
@@ -286,10 +280,9 @@ def continued_model(init_from: str, dataset: PretrainingDataset, objective: str,
                            f"than the checkpoint's vocab.txt ({len(model_tokens)} tokens); rebuild the data with "
                            f"--vocab {vocab_path}", path=str(dataset.directory))
     config = BertConfig.from_json_file(directory / "config.json")
-    config = config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-                            is_decoder=objective == "ltr", architectures=None)
-    cls = BertForPreTraining if nsp and objective == "mlm" else BertForMaskedLM
-    model = cls.from_pretrained(directory, config=config)
+    config = objective.configure(config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+                                                architectures=None))
+    model = objective.head().from_pretrained(directory, config=config)
     if model.loading_info["missing_keys"]:
         log.warning("--init-from %s: newly initialised (not in the checkpoint): %s", init_from,
                     ", ".join(model.loading_info["missing_keys"]))
@@ -353,7 +346,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
     p.add_argument("--overwrite", action="store_true", help="replace a run already in --output")
     p.add_argument("--no-nsp", action="store_true", help="MLM only (the paper's No-NSP ablation)")
-    p.add_argument("--objective", default="mlm", choices=["mlm", "ltr"], help="ltr: left-to-right LM, no NSP")
+    p.add_argument("--objective", default="mlm", choices=["mlm", *OBJECTIVES],
+                   help="mlm: masked LM with NSP (without: --no-nsp); ltr: left-to-right LM, no NSP; or any "
+                        "objective by name (bert = mlm, no-nsp = mlm --no-nsp)")
     p.add_argument("--mask-mix", help="[MASK]/same/random percentages, e.g. 80,10,10 (dynamic masking)")
     p.add_argument("--masking", choices=["static", "dynamic"], help="override the data's masking mode")
     p.add_argument("--phase2-data", help="data directory for phase 2 (length 512)")

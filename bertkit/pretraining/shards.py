@@ -39,6 +39,7 @@ from ..outputs import atomic_open
 from ..tokenizer import load_vocab
 from .instances import PairArrays, truncate_pair_spans
 from .masking import mask_batch, parse_mask_mix
+from .objectives import BatchRows, Objective, resolve_objective
 
 FORMAT_NAME = "bertkit-pretraining-data"
 FORMAT_VERSION = 1
@@ -341,33 +342,32 @@ class PretrainingDataset:
         max_predictions: int | None = None,
         mask_mix: Sequence[float] | None = None,
         whole_word: bool | None = None,
-        objective: str = "mlm",
+        objective: Objective | str = "mlm",
         nsp: bool = True,
         trim: bool = True,
         max_length: int | None = None,
     ) -> dict[str, torch.Tensor]:
-        """A batch as torch tensors.
+        """A batch as torch tensors: input_ids, token_type_ids, attention_mask, and the objective's
+        labels (objectives/: masked tokens, or the next token for "ltr") and next_sentence_label
+        when it has NSP. `objective`: an Objective or its name ("mlm" with `nsp=False`: MLM only).
 
         masking: "static" uses the stored masks (only for data created with static masking);
         "dynamic" draws masks now with `generator` (stored static masks are undone first).
         Default: the dataset's own mode. The masking overrides (prob, max predictions, mix,
-        whole word) need dynamic masking. objective "ltr": unmasked input_ids and labels = the
-        next token id at each position (-100 at padding and at the last real token), no NSP
-        label. `nsp=False` leaves out next_sentence_label. `trim` cuts the batch to its
-        longest row. `max_length` (dynamic masking) first cuts each pair to that many tokens the way
-        the data was made (the original's truncate_seq_pair): a short-sequence phase from the same data.
+        whole word) need dynamic masking. `trim` cuts the batch to its longest row. `max_length`
+        (dynamic masking) first cuts each pair to that many tokens the way the data was made (the
+        original's truncate_seq_pair): a short-sequence phase from the same data.
         """
+        objective = resolve_objective(objective, nsp)
         masking = masking or self.masking
         if masking not in ("static", "dynamic"):
             raise BertkitError(f"masking must be 'static' or 'dynamic', not {masking!r}")
-        if objective not in ("mlm", "ltr"):
-            raise BertkitError(f"objective must be 'mlm' or 'ltr', not {objective!r}")
         if masking == "static" and self.masking != "static":
             raise BertkitError("this data was created with dynamic masking: it stores no masks",
                                path=str(self.directory))
         overrides = {"masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
                      "mask_mix": mask_mix, "whole_word": whole_word}
-        if masking == "static" and objective == "mlm":
+        if masking == "static" and objective.masked:
             stored = {"masked_lm_prob": self.masked_lm_prob, "max_predictions": self.max_predictions,
                       "mask_mix": self.mask_mix, "whole_word": self.whole_word_mask}
             for key, value in overrides.items():
@@ -379,14 +379,13 @@ class PretrainingDataset:
         raw = self.rows(indices)
         if max_length is not None and max_length < self.max_seq_length:
             # The cut puts stored masks' tokens back, so MLM must draw new masks; LTR needs none.
-            if objective == "mlm" and masking != "dynamic":
-                raise BertkitError("cutting instances to a shorter length needs dynamic MLM masking (or the LTR "
-                                   "objective)")
+            if objective.masked and masking != "dynamic":
+                raise BertkitError("cutting instances to a shorter length needs dynamic MLM masking (or an "
+                                   "objective without masks, such as LTR)")
             raw = self._cut_pairs(raw, max_length, generator)
         lengths = raw["lengths"]
         width = int(lengths.max()) if trim and len(lengths) else self.max_seq_length
         ids = np.ascontiguousarray(raw["input_ids"][:, :width])
-        count = len(lengths)
         positions = np.arange(width)[None, :]
         attention = positions < lengths[:, None]
         token_types = (positions >= raw["b_starts"][:, None]) & attention
@@ -394,31 +393,16 @@ class PretrainingDataset:
         if self.masking == "static":
             valid = np.arange(raw["masked_lm_positions"].shape[1])[None, :] < raw["masked_lm_counts"][:, None]
             stored = (np.nonzero(valid)[0], raw["masked_lm_positions"][valid], raw["masked_lm_ids"][valid])
-            if masking == "dynamic" or objective == "ltr":
+            if masking == "dynamic" or not objective.masked:
                 ids[stored[0], stored[1]] = stored[2]  # undo the stored mask
 
-        batch: dict[str, torch.Tensor] = {}
-        input_ids = torch.from_numpy(ids)
-        if objective == "ltr":
-            # Position t predicts token t+1 while t+1 is a real token.
-            next_is_real = np.zeros((count, width), dtype=bool)
-            next_is_real[:, :-1] = positions[:, 1:] < lengths[:, None]
-            labels = torch.full_like(input_ids, -100)
-            labels[:, :-1] = input_ids[:, 1:]
-            labels = torch.where(torch.from_numpy(next_is_real), labels, torch.full_like(labels, -100))
-        elif masking == "static":
-            labels_np = np.full((count, width), -100, dtype=np.int64)
-            labels_np[stored[0], stored[1]] = stored[2]
-            labels = torch.from_numpy(labels_np)
-        else:
-            # [CLS], the middle [SEP], the final [SEP] and padding are never predicted.
-            special = ((positions == 0) | (positions == raw["b_starts"][:, None] - 1)
-                       | (positions >= lengths[:, None] - 1))
-            mix = parse_mask_mix(mask_mix) if mask_mix is not None else self.mask_mix
-            use_whole_word = self.whole_word_mask if whole_word is None else whole_word
-            input_ids, labels = mask_batch(
+        mix = parse_mask_mix(mask_mix) if mask_mix is not None else self.mask_mix
+        use_whole_word = self.whole_word_mask if whole_word is None else whole_word
+
+        def draw_masks(input_ids: torch.Tensor, special: torch.Tensor):
+            return mask_batch(
                 input_ids,
-                torch.from_numpy(special),
+                special,
                 generator,
                 self.masked_lm_prob if masked_lm_prob is None else masked_lm_prob,
                 self.max_predictions if max_predictions is None else max_predictions,
@@ -428,11 +412,18 @@ class PretrainingDataset:
                 whole_word=use_whole_word,
                 is_continuation=self.continuation_table() if use_whole_word else None,
             )
-        batch["input_ids"] = input_ids
+
+        # [CLS], the middle [SEP], the final [SEP] and padding are never predicted.
+        special = ((positions == 0) | (positions == raw["b_starts"][:, None] - 1)
+                   | (positions >= lengths[:, None] - 1))
+        input_ids, labels = objective.inputs_and_labels(BatchRows(
+            input_ids=torch.from_numpy(ids), special=torch.from_numpy(special), lengths=lengths,
+            positions=positions, masking=masking, stored=stored, draw_masks=draw_masks))
+        batch: dict[str, torch.Tensor] = {"input_ids": input_ids}
         batch["token_type_ids"] = torch.from_numpy(token_types.astype(np.int64))
         batch["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
         batch["labels"] = labels
-        if nsp and objective == "mlm":
+        if objective.nsp:
             batch["next_sentence_label"] = torch.from_numpy(raw["next_sentence_labels"])
         return batch
 
@@ -464,7 +455,7 @@ class PretrainingBatchSource:
         max_predictions: int | None = None,
         mask_mix: Sequence[float] | str | None = None,
         whole_word: bool | None = None,
-        objective: str = "mlm",
+        objective: Objective | str = "mlm",
         nsp: bool = True,
         trim: bool = True,
         max_length: int | None = None,
@@ -481,7 +472,7 @@ class PretrainingBatchSource:
         self.drop_last = drop_last
         self.options = dict(masking=masking, masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
                             mask_mix=parse_mask_mix(mask_mix) if mask_mix is not None else None,
-                            whole_word=whole_word, objective=objective, nsp=nsp, trim=trim,
+                            whole_word=whole_word, objective=resolve_objective(objective, nsp), trim=trim,
                             max_length=max_length)
         # Fail now, not at the first batch, on options the data cannot serve.
         if len(dataset):

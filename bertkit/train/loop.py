@@ -8,7 +8,8 @@ exactly the batches it would have seen.
 
 `fit` reads as the steps of a run: plan (`plan.py`), resume (`checkpoint.py`), then for every
 micro-batch `micro_batch`, for every group of them `optimizer_step`, with logging
-(`metrics_log.py`), evaluation and checkpoints at the planned steps.
+(`metrics_log.py`), evaluation and checkpoints at the planned steps. A wall-clock budget's
+decisions (stop, re-plan, where a phase ends) are the `BudgetPlanner`'s, consulted after every step.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from .checkpoint import (STATE_NAME, Checkpointer, latest_checkpoint, read_train
                          set_rng_state, set_seed)
 from .metrics_log import MetricsLog, MetricsWindow
 from .optim import build_optimizer, linear_factor
-from .plan import Calibration, Plan, off_pace, pace_check_due, plan_fixed, plan_for_budget, replan, steps_cost
+from .plan import BudgetPlanner, Calibration, Plan, plan_fixed, plan_for_budget
 
 log = logging.getLogger("bertkit")
 
@@ -159,6 +160,17 @@ class Trainer:
         self.sequences = 0
         self.eval_history: list[dict] = []
         self.last_logs: dict = {}
+        # Made by run(): the model as trained (DDP-wrapped on several ranks), the optimizer and its
+        # schedule, the planner holding the plan, the metrics log.
+        self.train_model: nn.Module = model
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.planner: BudgetPlanner | None = None
+        self.log: MetricsLog | None = None
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.planner.plan if self.planner is not None else None
 
     # -- plan -------------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -194,7 +206,6 @@ class Trainer:
         self.prepare_output()
         set_seed(args.seed)
         self.model.to(self.device)
-        self.train_model = self.model
         if self.world > 1:
             self.train_model = DistributedDataParallel(
                 self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
@@ -202,21 +213,18 @@ class Trainer:
         checkpoint = latest_checkpoint(self.out_dir) if args.resume and self.out_dir else None
         state = read_training_state(checkpoint) if checkpoint else None
         if state is not None and (state.get("plan") or {}).get("time_budget"):
-            self.plan = Plan.from_dict(state["plan"])  # a budgeted run keeps the step count it measured
+            plan = Plan.from_dict(state["plan"])  # a budgeted run keeps the step count it measured
         elif args.time_budget:
-            self.plan = self.calibrate_and_plan()
-            if self.world > 1:  # every rank follows rank 0's measurement
-                shared = [self.plan]
-                dist.broadcast_object_list(shared, src=0)
-                self.plan = shared[0]
+            plan = self.share(self.calibrate_and_plan())  # every rank follows rank 0's measurement
         else:
-            self.plan = plan_fixed(self.fixed_phase_steps(), args.warmup_steps, args.warmup_ratio,
-                                   args.eval_steps, args.save_steps, args.min_warmup_steps)
-        # The factor reads the plan at every step: a budgeted run may re-plan its length once (replan).
+            plan = plan_fixed(self.fixed_phase_steps(), args.warmup_steps, args.warmup_ratio,
+                              args.eval_steps, args.save_steps, args.min_warmup_steps)
+        self.planner = BudgetPlanner(plan, self.elapsed, resumed=state is not None, evaluates=self.evaluate is not None,
+                                     share=self.share, announce=self.is_main)
+        # The factor reads the plan at every step: a budgeted run may re-plan its length (BudgetPlanner).
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: linear_factor(step, self.plan.warmup_steps, self.plan.total_steps))
         resumed_from = self.resume(checkpoint, state) if state is not None else None
-        self.resumed = resumed_from is not None
         self.log = MetricsLog(self.out_dir, self.is_main, resumed_from)
         if self.eval_history and resumed_from is None:
             for record in self.eval_history:  # the step-0 evaluation made while calibrating
@@ -229,6 +237,14 @@ class Trainer:
         self.write_summary(stopped_early)
         return TrainResult(self.global_step, self.train_seconds, self.sequences, self.last_logs, self.eval_history,
                            resumed_from, self.elapsed(), self.plan, stopped_early)
+
+    def share(self, plan: Plan) -> Plan:
+        """Rank 0's plan on every rank."""
+        if self.world > 1:
+            shared = [plan]
+            dist.broadcast_object_list(shared, src=0)
+            return shared[0]
+        return plan
 
     def prepare_output(self) -> None:
         if self.out_dir is None or not self.is_main:
@@ -365,7 +381,7 @@ class Trainer:
         """Train to the end of the plan; True when a budgeted run had to stop early."""
         self.model.train()
         window = MetricsWindow()
-        self.pace_mark = (self.elapsed(), self.global_step, self.paused)
+        self.planner.start(self.global_step, self.paused)
         ends = self.plan.phase_ends()
         total = self.plan.total_steps
         bar = None
@@ -387,24 +403,25 @@ class Trainer:
                     self.scheduler.step()
                     self.global_step += 1
                     micro += len(group)
-                    self.position = {"phase": ph_idx, "epoch": epoch, "batch": micro}
-                    if micro >= n:
-                        self.position = {"phase": ph_idx, "epoch": epoch + 1, "batch": 0}
-                    if self.global_step >= ends[ph_idx]:
-                        self.position = {"phase": ph_idx + 1, "epoch": 0, "batch": 0}
                     if bar is not None:
                         bar.update(1)
                     if self.global_step % max(1, self.args.logging_steps) == 0 or self.global_step == total:
                         self.log_window(window, phase.name, epoch, grad_norm, bar)
                     pause = time.perf_counter()
                     self.train_seconds += pause - t0
-                    if self.out_of_time():
+                    if self.planner.out_of_time(self.global_step):
                         return True
-                    if self.global_step == self.replan_step() or self.off_pace():
-                        self.replan(self.pace())
+                    # The planner may move this phase's end (re-planned while it is still running).
+                    ending = ph_idx if self.global_step == ends[ph_idx] and ph_idx < len(ends) - 1 else None
+                    if self.planner.after_step(self.global_step, self.paused, ending):
                         total, ends = self.plan.total_steps, self.plan.phase_ends()
                         if bar is not None:
                             bar.total = total
+                    self.position = {"phase": ph_idx, "epoch": epoch, "batch": micro}
+                    if micro >= n:
+                        self.position = {"phase": ph_idx, "epoch": epoch + 1, "batch": 0}
+                    if self.global_step >= ends[ph_idx]:
+                        self.position = {"phase": ph_idx + 1, "epoch": 0, "batch": 0}
                     if self.plan.eval_steps and self.global_step % self.plan.eval_steps == 0 \
                             and self.global_step < total:
                         self.run_eval()
@@ -423,81 +440,6 @@ class Trainer:
             if bar is not None:
                 bar.close()
         return False
-
-    def replan_step(self) -> int | None:
-        """A budgeted run re-plans once a tenth of the way in (after at least 20 steps, halfway through
-        a warm-up of 40 steps or more, before the first checkpoint); later only when it runs off pace
-        (`off_pace`)."""
-        plan = self.plan
-        if not plan.time_budget or plan.calibration is None or plan.replanned_at is not None:
-            return None
-        step = max(20, round(0.1 * plan.total_steps))
-        if plan.warmup_steps >= 40:  # the warm-up then gets its share of the re-planned steps
-            step = min(step, plan.warmup_steps // 2)
-        if plan.save_steps:  # before the first checkpoint, so that a resumed run finds the final plan
-            step = min(step, plan.save_steps - 1)
-        return max(1, min(plan.total_steps - 1, step))
-
-    def pace(self) -> float:
-        """How much slower than calibrated the steps since the last mark (training start, the last
-        re-plan or check) ran: measured seconds over the calibrated seconds of those steps, each at
-        its phase's calibrated step time; evaluations and checkpoints left out. Moves the mark."""
-        scale = self.pace_since_mark()
-        self.pace_mark = (self.elapsed(), self.global_step, self.paused)
-        return scale
-
-    def pace_since_mark(self) -> float:
-        elapsed0, step0, paused0 = self.pace_mark
-        measured = self.elapsed() - elapsed0 - (self.paused - paused0)
-        calibrated = steps_cost(self.plan.steps_per_phase, step0, self.global_step,
-                                self.plan.calibration.seconds_per_step)
-        return measured / calibrated if calibrated > 0 else 1.0
-
-    def off_pace(self) -> bool:
-        """At each pace check after the first re-plan (`pace_check_due`, evaluating or not): would the
-        rest, at the pace kept since the last check, end more than 1% past the budget (the machine got
-        slower) or too early (`early_finish_tolerance`: a later phase, or the run once warm, is
-        faster than its first steps measured)? Then the rest is re-planned so that the learning rate
-        still reaches zero at the budget's end."""
-        plan = self.plan
-        if self.resumed:  # a resumed run keeps the recorded schedule, whatever its pace
-            return False
-        if (plan.replanned_at is None or not pace_check_due(plan, self.global_step)
-                or self.global_step >= plan.total_steps):
-            return False
-        if self.global_step - self.pace_mark[1] < 20:
-            return False
-        if not off_pace(plan, self.global_step, self.elapsed(), self.pace_since_mark()):
-            self.pace_mark = (self.elapsed(), self.global_step, self.paused)
-            return False
-        return True
-
-    def replan(self, scale: float) -> None:
-        old = self.plan
-        evals_left = (old.total_steps - self.global_step) // old.eval_steps + 1 if old.eval_steps else 1
-        saves_left = (old.total_steps - self.global_step) // old.save_steps if old.save_steps else 0
-        self.plan = replan(old, self.global_step, self.elapsed(), scale, evals_left if self.evaluate else 0,
-                           saves_left, margin=min(30.0, 0.01 * old.time_budget))
-        if self.world > 1:
-            shared = [self.plan]
-            dist.broadcast_object_list(shared, src=0)
-            self.plan = shared[0]
-        if self.is_main and self.plan.total_steps != old.total_steps:
-            log.info(f"time budget: re-planned to {self.plan.total_steps} steps at {scale:.2f}x the calibrated step time")
-
-    def out_of_time(self) -> bool:
-        """A budgeted run stops when finishing (evaluation + final save) would pass budget + 45 s:
-        the machine ran slower than it measured at the start."""
-        plan = self.plan
-        if not plan.time_budget or plan.calibration is None or self.resumed:
-            return False
-        finish = plan.calibration.eval_seconds + plan.calibration.save_seconds
-        if self.elapsed() + finish <= plan.time_budget + 45:
-            return False
-        if self.is_main:
-            log.warning(f"time budget reached at step {self.global_step} of {plan.total_steps}: this machine ran "
-                        "slower than measured at the start; stopping with the learning rate above zero")
-        return True
 
     # -- logging, evaluation, checkpoints ----------------------------------------------------------
     def log_window(self, window: MetricsWindow, phase: str, epoch: int, grad_norm: float, bar) -> None:
@@ -525,17 +467,17 @@ class Trainer:
         self.model.train()
         record = {"step": self.global_step, "eval": True, **metrics, "elapsed_s": round(self.elapsed(), 3)}
         self.eval_history.append(record)
-        if hasattr(self, "log"):
+        if self.log is not None:  # None while calibrating: the step-0 record is written once the log opens
             self.log.write(record)
         if self.stop_after_eval is not None and self.stop_after_eval(metrics):
             self.stop_requested = True
 
     def training_state(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict() if hasattr(self, "scheduler") else None,
+                "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
                 "position": self.position, "global_step": self.global_step, "rng": [rng_state()],
-                "total_steps": self.plan.total_steps if hasattr(self, "plan") else None,
-                "plan": self.plan.to_dict() if hasattr(self, "plan") else None,
+                "total_steps": self.plan.total_steps if self.plan is not None else None,
+                "plan": self.plan.to_dict() if self.plan is not None else None,
                 "elapsed": self.elapsed(), "identity": self.args.identity}
 
     def save_checkpoint(self) -> None:

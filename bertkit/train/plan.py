@@ -3,7 +3,11 @@
 A plan comes from fixed step or epoch counts, or from a wall-clock budget. A budgeted run
 first measures what a step of each phase, a held-out evaluation and a checkpoint cost on this
 machine (`Calibration`; the measuring steps run at learning rate 0, so the weights do not move),
-then turns the budget into a step count (`plan_for_budget`). The plan is recorded in every
+then turns the budget into a step count (`plan_for_budget`). While it trains, a `BudgetPlanner`
+holds the plan and is consulted by the training loop after every step: it stops a run out of time
+and re-plans the rest (`replan`) once early, at its pace checks when the pace is off, and
+at the end of a phase that is not the last when the pace is off (so that a first phase timed
+while the machine was slow does not hand over too early). The plan is recorded in every
 checkpoint: a resumed run follows the recorded plan, so its schedule is the one the interrupted
 run would have followed (Izsak et al. 2021 tie the schedule to the budget the same way).
 """
@@ -11,10 +15,14 @@ run would have followed (Izsak et al. 2021 tie the schedule to the budget the sa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+from typing import Callable
 
 from ..errors import BertkitError
 from ..flags import duration_seconds
+
+log = logging.getLogger("bertkit")
 
 def parse_duration(text: str | float | int) -> float:
     """'900', '90s', '15m', '1.5h', '1h30m' -> seconds (> 0, at most a week): flags.duration_seconds,
@@ -162,27 +170,33 @@ def off_pace(plan: Plan, step: int, elapsed: float, scale: float) -> bool:
 
 
 def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left: int, saves_left: int,
-           margin: float) -> Plan:
+           margin: float, ending_phase: int | None = None) -> Plan:
     """Re-plan the steps after `step`: the most that fit in what is left of the budget when every step
     takes `scale` times its phase's calibrated time.
 
     The calibration times single steps; the loop around them (data, logging) and a machine whose
     load changed are only seen over many steps, as a pace `scale` measured since training began
     (or since the last check). Phases keep their shares of the steps, except those already
-    finished, which keep their length. A warm-up still under way keeps its share of the steps (the
-    first re-plan comes before it ends: a warm-up cut short by a pessimistic calibration wiped out
-    BERT-TINY's neighbour heads at learning rate 2e-3); one already over is kept.
+    finished, which keep their length; the phase still running keeps its share too, so its end
+    (the switch to the next phase) moves with the total. `ending_phase`: `step` is that phase's
+    planned last step, and it may still be extended (or end right here). A warm-up still under way
+    keeps its share of the steps (the first re-plan comes before it ends: a warm-up cut short by a
+    pessimistic calibration wiped out BERT-TINY's neighbour heads at learning rate 2e-3); one
+    already over is kept.
     """
     cal = plan.calibration
     old_steps = plan.steps_per_phase
     fractions = [s / plan.total_steps for s in old_steps]
     old_ends = plan.phase_ends()
-    current = next((i for i, end in enumerate(old_ends) if end > step), len(old_steps) - 1)
+    if ending_phase is not None:
+        current, room = ending_phase, 0  # it may end at this very step
+    else:
+        current, room = next((i for i, end in enumerate(old_ends) if end > step), len(old_steps) - 1), 1
 
     def layout(total: int) -> list[int]:
         steps = [old_steps[i] if i < current else max(1, round(total * f)) for i, f in enumerate(fractions)]
         start = sum(steps[:current])
-        steps[current] = max(step + 1 - start, total - start - sum(steps[current + 1:]), 1)
+        steps[current] = max(step + room - start, total - start - sum(steps[current + 1:]), 1)
         return steps
 
     left = plan.time_budget - elapsed - margin - eval_points_left * cal.eval_seconds - (saves_left + 1) * cal.save_seconds
@@ -217,5 +231,115 @@ def replan(plan: Plan, step: int, elapsed: float, scale: float, eval_points_left
                                replanned_at=step)
 
 
-__all__ = ["Calibration", "Plan", "parse_duration", "warmup_for", "plan_fixed", "plan_for_budget", "replan", "steps_cost",
-           "off_pace", "pace_check_due", "early_finish_tolerance", "PACE_CHECKS"]
+class BudgetPlanner:
+    """The plan a run follows, and for a budgeted run the decisions that keep it inside its budget.
+
+    The training loop consults it after every optimizer step (`out_of_time`, then `after_step`);
+    nothing else changes the plan. `elapsed()` is the run's wall-clock (resumed segments added);
+    `paused` (passed in) the seconds spent on evaluations and checkpoints, left out of the pace.
+    A plan without a budget, or a resumed budgeted run (it keeps the recorded schedule), never
+    changes. `share(plan)` makes every rank follow rank 0's plan.
+    """
+
+    def __init__(self, plan: Plan, elapsed: Callable[[], float], resumed: bool = False, evaluates: bool = True,
+                 share: Callable[[Plan], Plan] = lambda plan: plan, announce: bool = True):
+        self.plan = plan
+        self.elapsed = elapsed
+        self.resumed = resumed
+        self.evaluates = evaluates
+        self.share = share
+        self.announce = announce
+        self.mark = (elapsed(), 0, 0.0)  # (elapsed, step, paused) where the pace is measured from
+
+    @property
+    def budgeted(self) -> bool:
+        return bool(self.plan.time_budget) and self.plan.calibration is not None
+
+    def start(self, step: int, paused: float) -> None:
+        """Training (re)starts at `step`: the pace is measured from here."""
+        self.mark = (self.elapsed(), step, paused)
+
+    def first_replan_step(self) -> int | None:
+        """A budgeted run re-plans once a tenth of the way in (after at least 20 steps, halfway through
+        a warm-up of 40 steps or more, before the first checkpoint); later only when it runs off pace."""
+        plan = self.plan
+        if not plan.time_budget or plan.calibration is None or plan.replanned_at is not None:
+            return None
+        step = max(20, round(0.1 * plan.total_steps))
+        if plan.warmup_steps >= 40:  # the warm-up then gets its share of the re-planned steps
+            step = min(step, plan.warmup_steps // 2)
+        if plan.save_steps:  # before the first checkpoint, so that a resumed run finds the final plan
+            step = min(step, plan.save_steps - 1)
+        return max(1, min(plan.total_steps - 1, step))
+
+    def pace_since_mark(self, step: int, paused: float) -> float:
+        """How much slower than calibrated the steps since the mark ran: measured seconds over the
+        calibrated seconds of those steps, each at its phase's step time; evaluations and
+        checkpoints left out."""
+        elapsed0, step0, paused0 = self.mark
+        measured = self.elapsed() - elapsed0 - (paused - paused0)
+        calibrated = steps_cost(self.plan.steps_per_phase, step0, step, self.plan.calibration.seconds_per_step)
+        return measured / calibrated if calibrated > 0 else 1.0
+
+    def is_off_pace(self, step: int, paused: float) -> bool:
+        """Would the rest, at the pace kept since the last check (at least 20 steps ago), end more than
+        1% past the budget or too early (`off_pace`)? When on pace, the check moves the mark."""
+        if self.resumed or self.plan.replanned_at is None or step >= self.plan.total_steps:
+            return False
+        if step - self.mark[1] < 20:
+            return False
+        if not off_pace(self.plan, step, self.elapsed(), self.pace_since_mark(step, paused)):
+            self.mark = (self.elapsed(), step, paused)
+            return False
+        return True
+
+    def off_pace_at_check(self, step: int, paused: float) -> bool:
+        """At each pace check after the first re-plan (`pace_check_due`, evaluating or not): is the run
+        off pace?"""
+        if not pace_check_due(self.plan, step):
+            return False
+        return self.is_off_pace(step, paused)
+
+    def after_step(self, step: int, paused: float, ending_phase: int | None = None) -> bool:
+        """Optimizer step `step` is done (`ending_phase`: it is the planned last step of that phase, which
+        is not the last). Re-plan when due: the first re-plan, a pace check off pace, or the
+        end of a phase while off pace, whose end may then move (the phase keeps its share of the
+        re-planned total). True when the plan changed."""
+        if not self.budgeted:
+            return False
+        due = step == self.first_replan_step() or self.off_pace_at_check(step, paused)
+        if not due and ending_phase is not None:
+            due = self.is_off_pace(step, paused)
+        if not due:
+            return False
+        self.replan(step, paused, ending_phase)
+        return True
+
+    def replan(self, step: int, paused: float, ending_phase: int | None = None) -> None:
+        old = self.plan
+        scale = self.pace_since_mark(step, paused)
+        self.mark = (self.elapsed(), step, paused)
+        evals_left = (old.total_steps - step) // old.eval_steps + 1 if old.eval_steps else 1
+        saves_left = (old.total_steps - step) // old.save_steps if old.save_steps else 0
+        self.plan = self.share(replan(old, step, self.elapsed(), scale, evals_left if self.evaluates else 0,
+                                      saves_left, margin=min(30.0, 0.01 * old.time_budget), ending_phase=ending_phase))
+        if self.announce and self.plan.total_steps != old.total_steps:
+            log.info(f"time budget: re-planned to {self.plan.total_steps} steps at {scale:.2f}x the calibrated step time")
+
+    def out_of_time(self, step: int) -> bool:
+        """A budgeted run stops when finishing (evaluation + final save) would pass budget + 45 s:
+        the machine ran slower than it measured at the start."""
+        plan = self.plan
+        if not self.budgeted or self.resumed:
+            return False
+        finish = plan.calibration.eval_seconds + plan.calibration.save_seconds
+        if self.elapsed() + finish <= plan.time_budget + 45:
+            return False
+        if self.announce:
+            log.warning(f"time budget reached at step {step} of {plan.total_steps}: this machine ran "
+                        "slower than measured at the start; stopping with the learning rate above zero")
+        return True
+
+
+__all__ = ["Calibration", "Plan", "BudgetPlanner", "parse_duration", "warmup_for", "plan_fixed", "plan_for_budget",
+           "replan", "steps_cost", "off_pace", "pace_check_due", "early_finish_tolerance", "PACE_CHECKS"]
