@@ -105,8 +105,8 @@ def table_rows(handle: IO[str], name: str, fmt: str,
                 raise BertkitError(f"not valid UTF-8 ({e.reason})", name, start) from None
             if any(f.strip() for f in fields):
                 if len(fields) != len(header):
-                    problem = (f"{len(fields)} {'comma' if fmt == 'csv' else 'tab'}-separated fields, but the header "
-                               f"has {len(header)} ({', '.join(header)})")
+                    problem = (f"expected {len(header)} {'comma' if fmt == 'csv' else 'tab'}-separated fields "
+                               f"({', '.join(header)}), found {len(fields)}")
                     if bad is None:
                         raise BertkitError(problem, name, start)
                     bad(start, problem)

@@ -10,7 +10,6 @@ UTF-8, an unknown format) always stop.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import BertkitError
-from ..tables import check_header, distinct_columns
+from ..tables import distinct_columns, table_rows
 from .examples import BadRows, Examples
 from .glue import GlueExample
 from .multiple_choice import MultipleChoiceExample, read_utf8
@@ -51,15 +50,7 @@ def read_table(path: str | Path, bad: BadRows, fmt: str | None = None) -> tuple[
     text = read_utf8(path)
     if fmt == "jsonl":
         return None, _json_rows(text, bad)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t")
-    try:
-        header = next(reader, None)
-    except csv.Error as e:
-        raise BertkitError(f"unreadable {fmt.upper()} header ({e})", path=str(path), line=1) from None
-    if header is None or not any(h.strip() for h in header):
-        raise BertkitError(f"empty file: expected a header row naming the columns", path=str(path), line=1)
-    header = check_header(header, str(path))  # a column named twice is refused by name
-    return header, _csv_rows(reader, header, fmt, bad, str(path))
+    return table_rows(io.StringIO(text, newline=""), str(path), fmt, bad)
 
 
 def _json_rows(text: str, bad: BadRows) -> Iterator[tuple[int, dict]]:
@@ -75,24 +66,6 @@ def _json_rows(text: str, bad: BadRows) -> Iterator[tuple[int, dict]]:
             bad(number, f"expected a JSON object per line, found {type(row).__name__}")
             continue
         yield number, row
-
-
-def _csv_rows(reader, header: list[str], fmt: str, bad: BadRows, path: str) -> Iterator[tuple[int, dict]]:
-    start = reader.line_num + 1
-    while True:
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:  # e.g. a NUL byte, or an unclosed quote at the end of the file
-            raise BertkitError(f"unreadable {fmt.upper()} row ({e})", path=path, line=start) from None
-        if any(f.strip() for f in fields):
-            if len(fields) != len(header):
-                bad(start, f"expected {len(header)} {'comma' if fmt == 'csv' else 'tab'}-separated fields "
-                           f"({', '.join(header)}), found {len(fields)}")
-            else:
-                yield start, dict(zip(header, fields))
-        start = reader.line_num + 1
 
 
 def require_columns(header: list[str] | None, columns: Sequence[str | None], path: str | Path) -> None:
