@@ -115,8 +115,3 @@ def pytest_configure(config):
     # threads then wait on each other (10x slower here).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
-
-
-def pytest_addoption(parser):
-    parser.addoption("--fuzz-long", action="store_true", default=False,
-                     help="fuzz layer: many more examples, fresh random ones each run (nightly-style hunts)")
