@@ -18,20 +18,20 @@ from .errors import BertkitError
 
 # command -> (module[:attribute] with add_arguments/run_from_args, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train-tokenizer": ("bertkit.tokenizer_cli:train", "train a WordPiece vocabulary on corpus files"),
-    "tokenize": ("bertkit.tokenizer_cli:tokenize", "tokenize stdin lines into ids or WordPiece tokens"),
+    "train-tokenizer": ("bertkit.tokenizer.cli:train", "train a WordPiece vocabulary on corpus files"),
+    "tokenize": ("bertkit.tokenizer.cli:tokenize", "tokenize stdin lines into ids or WordPiece tokens"),
     "create-pretraining-data": ("bertkit.pretraining.create", "corpus -> MLM/NSP instances (sharded arrays)"),
     "pretrain": ("bertkit.pretraining.run", "pre-train with MLM + NSP (or the paper's ablations)"),
     "finetune": ("bertkit.tasks.cli:finetune", "fine-tune on glue | swag | squad | ner, or your own files: text-classification | "
                                                  "token-classification | question-answering | multiple-choice"),
     "predict": ("bertkit.tasks.cli:predict", "predict new text with any head (or a SQuAD file: predict squad)"),
-    "serve": ("bertkit.serve", "HTTP JSON API (text-embeddings-inference routes) with dynamic batching"),
-    "export": ("bertkit.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
+    "serve": ("bertkit.serving.command", "HTTP JSON API (text-embeddings-inference routes) with dynamic batching"),
+    "export": ("bertkit.inference.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
     "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll"),
     "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
     "reproduce": ("bertkit.reproduce", "the paper end to end at a compute budget, with a report"),
     "plot": ("bertkit.plot", "PNG curves from a run's metrics.jsonl"),
-    "convert": ("bertkit.convert", "original TensorFlow checkpoint -> Hugging Face-layout folder"),
+    "convert": ("bertkit.hub.convert", "original TensorFlow checkpoint -> Hugging Face-layout folder"),
 }
 
 
@@ -58,7 +58,7 @@ def add_revision_flags(parser: argparse.ArgumentParser) -> None:
 def pin_model_revisions(args: argparse.Namespace) -> None:
     """--revision applies to the command's model reference wherever the command loads it (tokenizer,
     weights); Hub ids are resolved there, after the command's own checks of its outputs."""
-    from .hub_resolve import pin_revisions
+    from .hub.resolve import pin_revisions
 
     revision = getattr(args, "revision", None)
     references = [getattr(args, dest) for dest in MODEL_FLAGS if isinstance(getattr(args, dest, None), str)]
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = args._run(args)
         rc = rc if isinstance(rc, int) else 0  # library calls may return their results
         if rc == 0 and args.command in ("finetune", "pretrain") and getattr(args, "output", None):
-            from .model_card import refresh_model_cards  # results.json and summaries exist only now
+            from .hub.model_card import refresh_model_cards  # results.json and summaries exist only now
 
             refresh_model_cards(args.output)
         return rc

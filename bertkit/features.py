@@ -21,10 +21,10 @@ from safetensors.numpy import save_file
 from tqdm.auto import tqdm
 
 from . import flags
-from .batching import collate
+from .inference.batching import collate
 from .device import autocast, pick_device, resolve_precision
 from .errors import BertkitError
-from .hub import load_tokenizer
+from .hub.checkpoints import load_tokenizer
 from .model import BertModel
 from .outputs import (atomic_open, atomic_write, atomic_write_text, check_not_an_input, check_output_file, is_stdout,
                       output_format, output_stream)

@@ -11,10 +11,10 @@ from torch import nn
 
 from .config import BertConfig
 from .errors import BertkitError
-from .hub_resolve import resolve_model
+from .hub.resolve import resolve_model
 from .kernels import HoldsKernelOptions, KernelOptions, Linear, linear
 from .model import BertModel, BertPreTrainedModel, ModelOutput, activation
-from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
+from .hub.tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
 
 
 def returned(output: ModelOutput, return_dict: bool):

@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from .config import BertConfig
 from .embedding_resize import resize_token_embeddings
 from .errors import BertkitError
-from .hub import PreTrainedMixin
+from .hub.checkpoints import PreTrainedMixin
 from .kernels import (ATTENTION_KERNELS, Dropout, HoldsKernelOptions, KernelOptions, Linear, Padded, default_options,
                       layout_for, linear_act, padding_mask, project_qkv)
 

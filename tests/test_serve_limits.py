@@ -14,7 +14,7 @@ from bertkit.cli import main
 from bertkit.heads import BertForQuestionAnswering
 from bertkit.inference import InferenceEngine
 from bertkit.model import BertModel
-from bertkit.serve import Server
+from bertkit.serving.command import Server
 from bertkit.serving.access_log import AccessLog
 from bertkit.serving.requests import RequestError, nesting_depth, parse_json_object
 

@@ -22,7 +22,7 @@ from transformers import BertTokenizerFast
 
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference import InferenceEngine
-from bertkit.serve import Server
+from bertkit.serving.command import Server
 
 TEXTS = ["A man is eating food.", "Hi", "The new movie is awesome, and the popcorn was fine too."]
 PROMPTS = {"query": "query: ", "passage": "passage: "}

@@ -20,8 +20,8 @@ from bertkit import load_model
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification
-from bertkit.tf_bert import OriginalCheckpoint, hf_name, infer_do_lower_case
-from bertkit.tf_checkpoint import TensorBundle, mask_crc, unmask_crc
+from bertkit.hub.tf_bert import OriginalCheckpoint, hf_name, infer_do_lower_case
+from bertkit.hub.tf_checkpoint import TensorBundle, mask_crc, unmask_crc
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf"
 PRETRAINED, CLASSIFIER, SQUAD = FIXTURES / "pretrained", FIXTURES / "classifier", FIXTURES / "squad"
@@ -310,7 +310,7 @@ def test_config_that_does_not_fit_the_weights(pretrained_copy, tmp_path, capsys)
 
 
 def test_vocabulary_fits_its_embedding_matrix_or_a_padded_one():
-    from bertkit.convert import vocabulary_fits
+    from bertkit.hub.convert import vocabulary_fits
     assert vocabulary_fits(30522, 30522)
     assert vocabulary_fits(30522, 30528)  # NVIDIA's checkpoints: rows padded to a multiple of 8
     assert vocabulary_fits(30522, 30592)  # Megatron's: a multiple of 128

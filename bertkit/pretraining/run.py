@@ -25,10 +25,10 @@ from pathlib import Path
 from .. import flags
 from ..config import BertConfig
 from ..errors import BertkitError
-from ..hub_resolve import resolve_model
+from ..hub.resolve import resolve_model
 from ..metrics import perplexity
 from ..outputs import atomic_write_text, check_not_an_input_folder
-from ..tokenizer import BertTokenizer
+from ..tokenizer.wordpiece import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
 from ..train.plan import parse_duration

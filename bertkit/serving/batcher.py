@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..inference import InferenceEngine, release_free_memory
+from ..inference.engine import InferenceEngine, release_free_memory
 from .access_log import RequestStats
 from .metrics import Metrics
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import json
 
-from ..answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from ..inference.answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 
 STRING = {"type": "string"}
 BOOL_FALSE = {"type": "boolean", "default": False}

@@ -19,11 +19,11 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from .. import __version__
-from ..answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
+from ..inference.answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from ..errors import BertkitError
-from ..hub_resolve import hub_id_of
-from ..inference import InferenceEngine
-from ..pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
+from ..hub.resolve import hub_id_of
+from ..inference.engine import InferenceEngine
+from ..inference.pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
 from .access_log import AccessLog, AccessLogMiddleware, current_stats
 from .batcher import Batcher
 from .embeddings import base64_floats, finish_embedding, read_sentence_transformer_config, similarities

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .. import predict as predict_text
+from ..inference import predict as predict_text
 from .registry import TASKS
 
 

@@ -29,11 +29,11 @@ from typing import Sequence
 import torch
 
 from .. import flags
-from ..batching import FeatureSource, predict_batches
+from ..inference.batching import FeatureSource, predict_batches
 from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
 from ..heads import BertForTokenClassification
-from ..hub import load_tokenizer
+from ..hub.checkpoints import load_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from ..outputs import write_json
 from ..train import Phase, TrainArgs, fit

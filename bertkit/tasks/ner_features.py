@@ -19,11 +19,11 @@ from safetensors.torch import save_file
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..batching import FeatureSource, collate, length_sorted_batches, predict_batches
+from ..inference.batching import FeatureSource, collate, length_sorted_batches, predict_batches
 from ..device import autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..features import encoder_of, resolve_layer
-from ..hub import load_tokenizer
+from ..hub.checkpoints import load_tokenizer
 from ..metrics.conll import evaluate_conll
 from ..model import BertModel, ModelOutput
 from ..outputs import write_json

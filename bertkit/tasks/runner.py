@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import BertkitError
-from ..hub import model_tokenizer
+from ..hub.checkpoints import model_tokenizer
 from ..outputs import write_json
 from .arguments import FINETUNE_DROPOUT, dropout_overrides
 from .examples import Examples, subsample

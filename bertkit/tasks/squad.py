@@ -61,11 +61,11 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import flags
-from ..batching import FeatureSource, predict_batches
+from ..inference.batching import FeatureSource, predict_batches
 from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
 from ..heads import BertForQuestionAnswering
-from ..hub import model_tokenizer
+from ..hub.checkpoints import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
 from ..outputs import check_output_dir, write_json
 from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed

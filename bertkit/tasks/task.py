@@ -25,7 +25,7 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-from ..batching import predict_batches
+from ..inference.batching import predict_batches
 from .results import write_predictions
 from .sweep import predict_precision
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError
-from ..hub import WEIGHTS_NAME, read_safetensors
+from ..hub.checkpoints import WEIGHTS_NAME, read_safetensors
 from ..outputs import atomic_folder
 
 STATE_NAME = "training_state.pt"

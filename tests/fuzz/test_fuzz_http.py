@@ -18,7 +18,7 @@ from bertkit.heads import (BertForMaskedLM, BertForQuestionAnswering, BertForSeq
                            BertForTokenClassification)
 from bertkit.inference import InferenceEngine
 from bertkit.model import BertModel
-from bertkit.serve import Server
+from bertkit.serving.command import Server
 
 from http_server import request, server_in_thread  # noqa: E402  (tests/ is on the path)
 

@@ -17,7 +17,7 @@ import torch
 from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.batching import predict_batches as predict
+from bertkit.inference.batching import predict_batches as predict
 from bertkit.tasks.common import results_document, run_protocol, subsample
 from bertkit.tasks.sweep_state import restorable
 from bertkit.tasks.glue import (finetune_glue, finetune_glue_tasks, glue_features, glue_table, glue_task, load_glue_split,
@@ -234,7 +234,7 @@ def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     # tokenizer and DataCollatorWithPadding under torch's AdamW and transformers' schedule end on the
     # same model, so any gap between the two on dev comes from seeds, not from the recipe.
     import transformers
-    from bertkit.batching import FeatureSource
+    from bertkit.inference.batching import FeatureSource
     from bertkit.tasks.common import train_one
     from bertkit.tokenizer import BertTokenizer
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import flags
-from .outputs import check_output_dir, check_output_file
-from .tokenizer import CONFIG_NAME, SPECIAL_TOKENS, VOCAB_NAME, BertTokenizer, tokenize_stream, train_tokenizer
+from .. import flags
+from ..outputs import check_output_dir, check_output_file
+from .wordpiece import CONFIG_NAME, SPECIAL_TOKENS, VOCAB_NAME, BertTokenizer, tokenize_stream, train_tokenizer
 
 
 class train:

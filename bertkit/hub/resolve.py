@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import BertkitError
+from ..errors import BertkitError
 
 log = logging.getLogger("bertkit")
 

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from . import flags, kernels
-from .errors import BertkitError
-from .heads import load_model
-from .outputs import atomic_write, check_output, folder_files
-from .inference import TASKS
-from .kernels.int8 import QUANTIZE_CHOICES
+from .. import flags, kernels
+from ..errors import BertkitError
+from ..heads import load_model
+from ..outputs import atomic_write, check_output, folder_files
+from .engine import TASKS
+from ..kernels.int8 import QUANTIZE_CHOICES
 
 FORMATS = ("onnx",)
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")

@@ -35,13 +35,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import flags
+from .. import flags
 from .answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
-from .errors import BertkitError
-from .outputs import atomic_write, check_output, folder_files, is_stdout, output_stream
-from .tables import TableWriter, distinct_columns, open_text, require_columns, table_rows, text_lines
-from .inference import InferenceEngine
-from .kernels.int8 import QUANTIZE_CHOICES
+from ..errors import BertkitError
+from ..outputs import atomic_write, check_output, folder_files, is_stdout, output_stream
+from ..tables import TableWriter, distinct_columns, open_text, require_columns, table_rows, text_lines
+from .engine import InferenceEngine
+from ..kernels.int8 import QUANTIZE_CHOICES
 from .pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
 
 log = logging.getLogger("bertkit")

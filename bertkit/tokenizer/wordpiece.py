@@ -21,7 +21,7 @@ fine-tuning tasks use, for fidelity to the original: a literal "[MASK]" in the t
 any other text ("[", "mask", "]"), pairs are truncated as `_truncate_seq_pair` does. transformers'
 call surface (`__call__`, `encode`, `tokenize`, `decode`, `pad`, ...) answers as `BertTokenizerFast`
 does: special tokens typed in text are single tokens (unless `split_special_tokens=True`), and
-truncation, stride windows and padding follow the `tokenizers` library (bertkit.encoding).
+truncation, stride windows and padding follow the `tokenizers` library (bertkit.tokenizer.encoding).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from typing import IO, Iterable, Iterator, Sequence
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bertkit.batch_encoding import BatchEncoding
-from bertkit.encoding import (
+from bertkit.tokenizer.batch_encoding import BatchEncoding
+from bertkit.tokenizer.encoding import (
     LONGEST_FIRST,
     ONLY_FIRST,
     ONLY_SECOND,
@@ -594,7 +594,7 @@ class BertTokenizer:
         tokenizer_config.json's model_max_length and clean_up_tokenization_spaces are read as
         transformers reads them (no limit and False when absent).
         """
-        from .hub_resolve import resolve_model  # the Hub client is imported only when a Hub id is named
+        from ..hub.resolve import resolve_model  # the Hub client is imported only when a Hub id is named
 
         path = resolve_model(path, revision, tokenizer_only=True)
         if path.is_dir():

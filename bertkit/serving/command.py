@@ -29,11 +29,11 @@ import logging
 import signal
 import socket
 
-from .errors import BertkitError
-from .inference import InferenceEngine
-from .kernels.int8 import QUANTIZE_CHOICES
-from .serving import MAX_BODY_BYTES, RequestError, Server  # noqa: F401  (bertkit.serve.Server)
-from .serving.access_log import LOG_FORMATS
+from ..errors import BertkitError
+from ..inference.engine import InferenceEngine
+from ..kernels.int8 import QUANTIZE_CHOICES
+from . import MAX_BODY_BYTES, RequestError, Server  # noqa: F401  (bertkit.serving.command.Server)
+from .access_log import LOG_FORMATS
 
 log = logging.getLogger("bertkit")
 
@@ -66,7 +66,7 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
           precision: str = "auto", model_id: str | None = None, quantize: str = "none",
           max_body_bytes: int = MAX_BODY_BYTES, log_format: str = "text") -> int:
     """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown."""
-    import uvicorn  # the server only: importing bertkit.serve for its Server class (tests, apps) needs none
+    import uvicorn  # the server only: importing bertkit.serving.command for its Server class (tests, apps) needs none
 
     if log_format not in LOG_FORMATS:
         raise BertkitError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, not {log_format!r}")

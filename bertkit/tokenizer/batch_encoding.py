@@ -13,7 +13,7 @@ from typing import Any
 import numpy
 import torch
 
-from bertkit.encoding import CharSpan, Encoding, TokenSpan
+from bertkit.tokenizer.encoding import CharSpan, Encoding, TokenSpan
 
 TENSOR_TYPES = ("pt", "np")
 

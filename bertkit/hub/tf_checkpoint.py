@@ -24,7 +24,7 @@ from pathlib import Path
 import google_crc32c
 import torch
 
-from .errors import BertkitError
+from ..errors import BertkitError
 
 TABLE_MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48  # two block handles padded to 40 bytes, then the 8-byte magic number

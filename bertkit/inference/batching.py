@@ -8,8 +8,8 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .device import autocast
-from .errors import BertkitError
+from ..device import autocast
+from ..errors import BertkitError
 
 
 def collate(features: Sequence[dict], pad_token_id: int = 0) -> dict[str, torch.Tensor]:

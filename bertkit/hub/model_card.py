@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .hub_resolve import hub_id_of, looks_like_hub_id
-from .outputs import atomic_write_text
+from .resolve import hub_id_of, looks_like_hub_id
+from ..outputs import atomic_write_text
 
 CARD_NAME = "README.md"
 MARK = "<!-- written by bertkit: rewritten whenever bertkit saves this folder -->"
@@ -124,7 +124,7 @@ def card_text(directory: Path, config, base_model=None) -> str:
         datasets.append(KNOWN_DATASETS[str(task).lower()])
     elif str(task).lower() in GLUE_TASKS:
         datasets.append("nyu-mll/glue")
-    from . import __version__
+    from .. import __version__
 
     tags = ["bertkit", "bert"] + ([task] if task and task != pipeline_tag else []) + (
         ["sentence-transformers"] if sentence_transformers else [])
@@ -203,7 +203,7 @@ def write_model_card(directory: str | Path, config, base_model=None) -> Path | N
 def refresh_model_cards(output: str | Path) -> None:
     """After a command that saved models under `output`: rewrite their cards with what the run recorded
     once it finished (results.json is written after the model)."""
-    from .config import BertConfig
+    from ..config import BertConfig
 
     output = Path(output)
     for config_file in [output / "config.json", *output.glob("model/config.json"), *output.glob("*/model/config.json")]:

@@ -45,11 +45,11 @@ import torch
 
 from .answer_defaults import (AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TEXT_CLASSIFICATION,
                               TOKEN_CLASSIFICATION, ZERO_SHOT_CLASSIFICATION)
-from .device import parse_dtype
-from .errors import BertkitError
-from .inference import InferenceEngine
-from .tasks.squad_windows import check_is_max_context, doc_spans
-from .tokenizer import MASK
+from ..device import parse_dtype
+from ..errors import BertkitError
+from .engine import InferenceEngine
+from ..tasks.squad_windows import check_is_max_context, doc_spans
+from ..tokenizer.wordpiece import MASK
 
 log = logging.getLogger("bertkit")
 

@@ -17,15 +17,15 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import BertConfig
-from .device import parse_dtype
-from .errors import BertkitError
-from .finite import check_finite_tensors
-from .hub_resolve import hub_id_of, resolve_model
+from ..config import BertConfig
+from ..device import parse_dtype
+from ..errors import BertkitError
+from ..finite import check_finite_tensors
+from .resolve import hub_id_of, resolve_model
 from .model_card import CARD_NAME, is_bertkit_card, write_model_card
-from .outputs import atomic_write, atomic_write_text
+from ..outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
-from .tokenizer import BertTokenizer
+from ..tokenizer.wordpiece import BertTokenizer
 
 log = logging.getLogger("bertkit")
 

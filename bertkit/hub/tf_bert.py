@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from .config import BertConfig
-from .errors import BertkitError
+from ..config import BertConfig
+from ..errors import BertkitError
 from .tf_checkpoint import TensorBundle
 
 BERT_CONFIG_NAME = "bert_config.json"
