@@ -50,7 +50,7 @@ from .tasks.benchmarks import BenchmarkSettings
 from .tasks.examples import resolve_data_dir
 from .tasks.results import TaskResult
 from .tasks.registry import BENCHMARKS, benchmark
-from .tokenizer.wordpiece import BertTokenizer, train_tokenizer
+from .tokenizer import BertTokenizer, train_tokenizer
 from .train.plan import parse_duration
 
 log = logging.getLogger("bertkit")

@@ -25,7 +25,7 @@ from .resolve import hub_id_of, resolve_model
 from .model_card import CARD_NAME, is_bertkit_card, write_model_card
 from ..outputs import atomic_write, atomic_write_text
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, is_original_checkpoint
-from ..tokenizer.wordpiece import BertTokenizer
+from ..tokenizer import BertTokenizer
 
 log = logging.getLogger("bertkit")
 

@@ -20,7 +20,7 @@ from .checkpoints import WEIGHTS_NAME, atomic_write, save_tokenizer_files
 from .model_card import write_model_card
 from ..outputs import check_output_dir, check_output_file, folder_files
 from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, infer_do_lower_case
-from ..tokenizer.wordpiece import BertTokenizer
+from ..tokenizer import BertTokenizer
 
 log = logging.getLogger("bertkit")
 

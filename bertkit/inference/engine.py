@@ -26,7 +26,7 @@ from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..heads import load_model
 from ..kernels.int8 import QUANTIZE_CHOICES, quantize_int8
-from ..tokenizer.wordpiece import BertTokenizer
+from ..tokenizer import BertTokenizer
 
 # oneDNN generates kernels per shape and keeps them in a process-wide cache (1024 entries by
 # default); capped, it cannot grow with the variety of lengths clients send. (ideep, torch's

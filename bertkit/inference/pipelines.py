@@ -49,7 +49,7 @@ from ..device import parse_dtype
 from ..errors import BertkitError
 from .engine import InferenceEngine
 from ..tasks.squad_windows import check_is_max_context, doc_spans
-from ..tokenizer.wordpiece import MASK
+from ..tokenizer import MASK
 
 log = logging.getLogger("bertkit")
 

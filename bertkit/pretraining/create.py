@@ -62,7 +62,7 @@ from .. import __version__, flags
 from ..errors import BertkitError, reading
 from ..hub.resolve import resolve_model
 from ..outputs import atomic_open, check_output_file
-from ..tokenizer.wordpiece import BertTokenizer
+from ..tokenizer import BertTokenizer
 from .corpus import (
     DEFAULT_MAX_LINE_CHARS,
     DEFAULT_RAW_DOCUMENT_BREAK_LINES,

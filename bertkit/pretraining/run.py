@@ -28,7 +28,7 @@ from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..metrics import perplexity
 from ..outputs import atomic_write_text, check_not_an_input_folder
-from ..tokenizer.wordpiece import BertTokenizer
+from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
 from ..train.plan import parse_duration

@@ -36,7 +36,7 @@ import torch
 
 from ..errors import BertkitError
 from ..outputs import atomic_open
-from ..tokenizer.wordpiece import load_vocab
+from ..tokenizer import load_vocab
 from .instances import PairArrays, truncate_pair_spans
 from .masking import mask_batch, parse_mask_mix
 from .objectives import BatchRows, Objective, resolve_objective

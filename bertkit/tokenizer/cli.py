@@ -7,7 +7,9 @@ from pathlib import Path
 
 from .. import flags
 from ..outputs import check_output_dir, check_output_file
-from .wordpiece import CONFIG_NAME, SPECIAL_TOKENS, VOCAB_NAME, BertTokenizer, tokenize_stream, train_tokenizer
+from .bert_tokenizer import BertTokenizer
+from .training import tokenize_stream, train_tokenizer
+from .vocabulary import CONFIG_NAME, SPECIAL_TOKENS, VOCAB_NAME
 
 
 class train:
