@@ -377,182 +377,243 @@ def _write_dump(handle, result: _BlockResult, ids_to_tokens: Sequence[str]) -> N
         handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
-def create_pretraining_data(
-    inputs: Sequence[str | os.PathLike] | str | os.PathLike,
-    vocab: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    max_seq_length: int = 128,
-    max_predictions_per_seq: int = 20,
-    masked_lm_prob: float = 0.15,
-    short_seq_prob: float = 0.1,
-    dupe_factor: int | None = None,
-    seed: int = 12345,
-    whole_word_mask: bool = False,
-    masking: str = "static",
-    workers: int = 1,
-    raw: bool = False,
-    dump_jsonl: str | os.PathLike | None = None,
-    mask_mix: Sequence[float] | str = DEFAULT_MASK_MIX,
-    progress: bool = True,
-    shard_size: int = DEFAULT_SHARD_SIZE,
-    block_chars: int = DEFAULT_BLOCK_CHARS,
-    max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
-    raw_document_break_lines: int = DEFAULT_RAW_DOCUMENT_BREAK_LINES,
-    encoding_errors: str = "strict",
-    overwrite: bool = False,
-    not_next_partners: str = "corpus",
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class DataOptions:
+    """How corpus files become instances: the settings of the original create_pretraining_data.py
+    (paper §3.1, appendix A.2) and bertkit's additions. The field order is the manifest's."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int | None = None  # None: 10 with static masking, 1 with dynamic
+    seed: int = 12345
+    whole_word_mask: bool = False
+    masking: str = "static"
+    mask_mix: Sequence[float] | str = DEFAULT_MASK_MIX
+    raw: bool = False
+    workers: int = 1
+    shard_size: int = DEFAULT_SHARD_SIZE
+    block_chars: int = DEFAULT_BLOCK_CHARS
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS
+    raw_document_break_lines: int = DEFAULT_RAW_DOCUMENT_BREAK_LINES
+    encoding_errors: str = "strict"
+    dump_jsonl: str | os.PathLike | None = None
+    not_next_partners: str = "corpus"
+    progress: bool = dataclasses.field(default=True, metadata={"manifest": False})
+    overwrite: bool = dataclasses.field(default=False, metadata={"manifest": False})
+
+    def __post_init__(self):
+        if self.masking not in ("static", "dynamic"):
+            raise BertkitError(f"masking must be 'static' or 'dynamic', not {self.masking!r}")
+        if self.not_next_partners not in NOT_NEXT_PARTNERS:
+            raise BertkitError(f"not_next_partners must be 'corpus' or 'block', not {self.not_next_partners!r}")
+        if self.dupe_factor is None:
+            object.__setattr__(self, "dupe_factor", 10 if self.masking == "static" else 1)
+        object.__setattr__(self, "mask_mix", parse_mask_mix(self.mask_mix))
+        if not 5 <= self.max_seq_length <= 65535:
+            raise BertkitError(f"max_seq_length must be between 5 and 65535, not {self.max_seq_length}")
+        most = min(255, self.max_seq_length - 3)
+        if not 1 <= self.max_predictions_per_seq <= most:
+            raise BertkitError(f"max_predictions_per_seq must be between 1 and {most}, "
+                               f"not {self.max_predictions_per_seq}")
+        if not 0.0 < self.masked_lm_prob <= 1.0:
+            raise BertkitError(f"masked_lm_prob must be in (0, 1], not {self.masked_lm_prob}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise BertkitError(f"short_seq_prob must be in [0, 1], not {self.short_seq_prob}")
+        if self.block_chars < 1:
+            raise BertkitError("block_chars must be positive")
+        for name in ("dupe_factor", "workers", "max_line_chars", "shard_size", "raw_document_break_lines"):
+            if getattr(self, name) < 1:
+                raise BertkitError(f"{name} must be at least 1, not {getattr(self, name)}")
+
+    def block_settings(self, vocab: str) -> _BlockSettings:
+        return _BlockSettings(
+            vocab=vocab, raw=self.raw, max_seq_length=self.max_seq_length, short_seq_prob=self.short_seq_prob,
+            dupe_factor=self.dupe_factor, seed=self.seed, masking=self.masking, masked_lm_prob=self.masked_lm_prob,
+            max_predictions=self.max_predictions_per_seq, mask_mix=self.mask_mix,
+            whole_word_mask=self.whole_word_mask, dump=self.dump_jsonl is not None,
+            not_next_partners=self.not_next_partners,
+        )
+
+    def manifest_config(self, files: list[Path], vocab: Path) -> dict:
+        """The manifest's `config`: the inputs, the vocabulary and every setting that shapes the data.
+        (A manifest without `not_next_partners` is from before the choice: "block".)"""
+        config = {"inputs": [str(f) for f in files], "vocab": str(vocab)}
+        for field in dataclasses.fields(self):
+            if field.metadata.get("manifest", True):
+                value = getattr(self, field.name)
+                config[field.name] = (list(value) if field.name == "mask_mix"
+                                      else None if value is None else str(value) if field.name == "dump_jsonl"
+                                      else value)
+        return config
+
+
+def create_pretraining_data(inputs: Sequence[str | os.PathLike] | str | os.PathLike, vocab: str | os.PathLike,
+                            output_dir: str | os.PathLike, **options) -> dict:
     """Turn corpus files into a pre-training data directory; returns the counts (also in the manifest).
 
-    `vocab` is a vocab.txt, a directory holding one, or a model's Hub id. `dupe_factor` None means 10 for static
-    and 1 for dynamic masking. See the module docstring for blocks, seeding and masking.
+    `vocab` is a vocab.txt, a directory holding one, or a model's Hub id; `options` are `DataOptions`
+    fields (max_seq_length=128, dupe_factor, masking="static", workers, ...). See the module docstring
+    for blocks, seeding and masking.
     """
     started = time.monotonic()
-    if masking not in ("static", "dynamic"):
-        raise BertkitError(f"masking must be 'static' or 'dynamic', not {masking!r}")
-    if not_next_partners not in NOT_NEXT_PARTNERS:
-        raise BertkitError(f"not_next_partners must be 'corpus' or 'block', not {not_next_partners!r}")
-    if dupe_factor is None:
-        dupe_factor = 10 if masking == "static" else 1
-    mask_mix = parse_mask_mix(mask_mix)
-    if not 5 <= max_seq_length <= 65535:
-        raise BertkitError(f"max_seq_length must be between 5 and 65535, not {max_seq_length}")
-    if not 1 <= max_predictions_per_seq <= min(255, max_seq_length - 3):
-        raise BertkitError(f"max_predictions_per_seq must be between 1 and {min(255, max_seq_length - 3)}, "
-                           f"not {max_predictions_per_seq}")
-    if not 0.0 < masked_lm_prob <= 1.0:
-        raise BertkitError(f"masked_lm_prob must be in (0, 1], not {masked_lm_prob}")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise BertkitError(f"short_seq_prob must be in [0, 1], not {short_seq_prob}")
-    if dupe_factor < 1:
-        raise BertkitError(f"dupe_factor must be at least 1, not {dupe_factor}")
-    if workers < 1:
-        raise BertkitError(f"workers must be at least 1, not {workers}")
-    if block_chars < 1:
-        raise BertkitError("block_chars must be positive")
-    if max_line_chars < 1:
-        raise BertkitError(f"max_line_chars must be at least 1, not {max_line_chars}")
-    if shard_size < 1:
-        raise BertkitError(f"shard_size must be at least 1, not {shard_size}")
-    if raw_document_break_lines < 1:
-        raise BertkitError(f"raw_document_break_lines must be at least 1, not {raw_document_break_lines}")
-
+    options = DataOptions(**options)
     files = expand_inputs(inputs)
+    vocab_path, vocab_file, tokenizer = _open_vocabulary(vocab)
+    output_dir = Path(output_dir)
+    if options.dump_jsonl is not None:  # before any work: never write over an input, a link, a device ...
+        check_output_file(options.dump_jsonl, inputs=[*files, vocab_file], overwrite=options.overwrite)
+    clear_output_dir(output_dir, options.overwrite)
+
+    stats = CorpusStats()
+    made = _make_instances(files, options, tokenizer, options.block_settings(str(vocab_path)), output_dir, stats)
+    _copy_vocabulary(vocab_file, output_dir / "vocab.txt")
+    counts = _counts(stats, made, options.raw)
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "created_by": f"bertkit {__version__}",
+        "config": options.manifest_config(files, vocab_path),
+        "vocab": {
+            "file": "vocab.txt", "source": str(vocab_file), "sha256": sha256_file(vocab_file),
+            "size": tokenizer.vocab_size, "do_lower_case": bool(getattr(tokenizer, "do_lower_case", True)),
+            "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id,
+            "sep_id": tokenizer.sep_token_id, "mask_id": tokenizer.mask_token_id,
+        },
+        # Full SHA-256 of each input's on-disk bytes, computed while streaming it.
+        "inputs": [dataclasses.asdict(record) for record in stats.input_files],
+        "counts": counts,
+        "dtypes": {"input_ids": str(id_dtype_for(tokenizer.vocab_size)), "lengths": "uint16", "b_starts": "uint16",
+                   "next_sentence_labels": "uint8", "masked_lm_positions": "uint16",
+                   "masked_lm_ids": str(id_dtype_for(tokenizer.vocab_size)), "masked_lm_counts": "uint8"},
+        "num_instances": counts["instances"],
+        "shards": made.shards,
+    }
+    write_json_atomic(output_dir / MANIFEST_NAME, manifest)
+    return dict(counts, shards=len(made.shards), seconds=round(time.monotonic() - started, 2),
+                output_dir=str(output_dir))
+
+
+def _open_vocabulary(vocab: str | os.PathLike) -> tuple[Path, Path, BertTokenizer]:
     vocab_path = resolve_model(vocab, tokenizer_only=True)  # a vocab.txt, a folder or a Hub id (bert-base-uncased)
     vocab_file = vocab_path / "vocab.txt" if vocab_path.is_dir() else vocab_path
     if not vocab_file.is_file():
         raise BertkitError("vocabulary file not found", path=str(vocab_file))
     _refuse_special_only(vocab_file)
-    tokenizer = _load_tokenizer(str(vocab_path))
-    output_dir = Path(output_dir)
-    if dump_jsonl is not None:  # before any work: never write over an input, a link, a device ...
-        check_output_file(dump_jsonl, inputs=[*files, vocab_file], overwrite=overwrite)
-    clear_output_dir(output_dir, overwrite)
+    return vocab_path, vocab_file, _load_tokenizer(str(vocab_path))
 
-    settings = _BlockSettings(
-        vocab=str(vocab_path), raw=raw, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob,
-        dupe_factor=dupe_factor, seed=seed, masking=masking, masked_lm_prob=masked_lm_prob,
-        max_predictions=max_predictions_per_seq, mask_mix=mask_mix, whole_word_mask=whole_word_mask,
-        dump=dump_jsonl is not None, not_next_partners=not_next_partners,
-    )
-    config = {
-        "inputs": [str(f) for f in files], "vocab": str(vocab_path), "max_seq_length": max_seq_length,
-        "max_predictions_per_seq": max_predictions_per_seq, "masked_lm_prob": masked_lm_prob,
-        "short_seq_prob": short_seq_prob, "dupe_factor": dupe_factor, "seed": seed,
-        "whole_word_mask": whole_word_mask, "masking": masking, "mask_mix": list(mask_mix), "raw": raw,
-        "workers": workers, "shard_size": shard_size, "block_chars": block_chars,
-        "max_line_chars": max_line_chars, "raw_document_break_lines": raw_document_break_lines,
-        "encoding_errors": encoding_errors, "dump_jsonl": None if dump_jsonl is None else str(dump_jsonl),
-        # Where a NotNext B came from; a manifest without the field is from before the choice: "block".
-        "not_next_partners": not_next_partners,
-    }
 
-    stats = CorpusStats()
-    total_bytes = sum(f.stat().st_size for f in files)
-    bar = None
-    if progress:
-        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="create-pretraining-data", file=sys.stderr)
+def _copy_vocabulary(source: Path, target: Path) -> None:
+    temporary = target.with_name(target.name + ".tmp")
+    try:
+        shutil.copyfile(source, temporary)
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)  # a failed copy leaves nothing behind
+
+
+@dataclasses.dataclass
+class _Made:
+    """What the two passes produced."""
+
+    totals: dict[str, int]  # summed counts of every block
+    block_documents: list[tuple[int, int]]  # each block's [first, end) document numbers
+    documents_per_file: list[int]
+    partner_files: list[int]  # NotNext partners drawn from each input file
+    shards: list
+
+
+@contextlib.contextmanager
+def _block_runner(workers: int, settings: _BlockSettings, tokenizer):
+    """`run(function, jobs)` -> the results in job order, in this process or in `workers` processes."""
+    if workers == 1:
+        _init_worker(settings, parallel_tokenizer=True, tokenizer=tokenizer)
+        try:
+            yield lambda function, jobs: (function(*job) for job in jobs)
+        finally:
+            _worker_state.clear()
+        return
+    pool = _start_pool(workers, settings)
+    try:
+        yield lambda function, jobs: _ordered_parallel_map(pool, function, jobs, max_in_flight=2 * workers)
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _add_counts(totals: dict[str, int], counts: dict[str, int]) -> None:
+    for key, value in counts.items():
+        totals[key] = totals.get(key, 0) + value
+
+
+def _make_instances(files: list[Path], options: DataOptions, tokenizer, settings: _BlockSettings,
+                    output_dir: Path, stats: CorpusStats) -> _Made:
+    """Pass 1 (tokenize every block into the corpus index, in corpus order), then pass 2 (each
+    block's instances, partners drawn from the index, written in block order)."""
+    index_dir = output_dir / CORPUS_INDEX_DIR
+    bar = (tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True,
+                desc="create-pretraining-data", file=sys.stderr) if options.progress else None)
 
     def documents() -> Iterator[tuple[int, list[str]]]:
         for file_index, path in enumerate(files):
             for document in read_corpus_file(
-                path, raw=raw, stats=stats, max_line_chars=max_line_chars, max_document_chars=block_chars // 2,
-                raw_document_break_lines=raw_document_break_lines, encoding_errors=encoding_errors,
-                on_bytes=bar.update if bar is not None else None,
+                path, raw=options.raw, stats=stats, max_line_chars=options.max_line_chars,
+                max_document_chars=options.block_chars // 2, raw_document_break_lines=options.raw_document_break_lines,
+                encoding_errors=options.encoding_errors, on_bytes=bar.update if bar is not None else None,
             ):
                 yield file_index, document
 
-    blocks = iter_document_blocks(documents(), block_chars, chars=lambda item: document_chars(item[1]))
-    index_dir = output_dir / CORPUS_INDEX_DIR
-    writer = ShardWriter(output_dir, max_seq_length=max_seq_length, max_predictions=max_predictions_per_seq,
-                         vocab_size=tokenizer.vocab_size, static_masks=masking == "static", shard_size=shard_size)
-    totals: dict[str, int] = {}
-    partner_files = [0] * len(files)
-    block_documents: list[tuple[int, int]] = []  # each block's [first, end) document numbers
-    pool = None
+    writer = ShardWriter(output_dir, max_seq_length=options.max_seq_length,
+                         max_predictions=options.max_predictions_per_seq, vocab_size=tokenizer.vocab_size,
+                         static_masks=options.masking == "static", shard_size=options.shard_size)
+    made = _Made(totals={}, block_documents=[], documents_per_file=[], partner_files=[0] * len(files), shards=[])
     try:
-        with contextlib.ExitStack() as dump_file:
-            # The dump appears under its name only once complete (atomic_open removes it on any failure).
-            dump_handle = dump_file.enter_context(atomic_open(dump_jsonl)) if dump_jsonl is not None else None
-            if workers == 1:
-                _init_worker(settings, parallel_tokenizer=True, tokenizer=tokenizer)
-
-                def run_blocks(function, jobs):
-                    return (function(*job) for job in jobs)
-            else:
-                pool = _start_pool(workers, settings)
-
-                def run_blocks(function, jobs):
-                    return _ordered_parallel_map(pool, function, jobs, max_in_flight=2 * workers)
-
-            # Pass 1: tokenize every block into the corpus index, in corpus order.
+        with (_block_runner(options.workers, settings, tokenizer) as run_blocks,
+              # The dump appears under its name only once complete (atomic_open removes it on any failure).
+              atomic_open(options.dump_jsonl) if options.dump_jsonl is not None else contextlib.nullcontext()
+              as dump_handle):
             if index_dir.exists():
                 shutil.rmtree(index_dir)  # left by an interrupted run
             index = CorpusIndexWriter(index_dir, id_dtype_for(tokenizer.vocab_size), len(files))
+            blocks = iter_document_blocks(documents(), options.block_chars, chars=lambda item: document_chars(item[1]))
             for tokenized in run_blocks(_tokenize_block, enumerate(blocks)):
-                block_documents.append(index.add(tokenized.tokens, tokenized.sentence_lengths,
-                                                 tokenized.sentences_per_document, tokenized.document_files))
-                for key, value in tokenized.counts.items():
-                    totals[key] = totals.get(key, 0) + value
+                made.block_documents.append(index.add(tokenized.tokens, tokenized.sentence_lengths,
+                                                      tokenized.sentences_per_document, tokenized.document_files))
+                _add_counts(made.totals, tokenized.counts)
             index.close()
-            file_ends = tuple(itertools.accumulate(index.documents_per_file))
+            made.documents_per_file = list(index.documents_per_file)
             if bar is not None:
                 bar.close()
-                bar = tqdm(total=len(block_documents), unit="block", desc="instances", file=sys.stderr)
+                bar = tqdm(total=len(made.block_documents), unit="block", desc="instances", file=sys.stderr)
 
-            # Pass 2: each block's instances, partners drawn from the index, written in block order.
+            file_ends = tuple(itertools.accumulate(index.documents_per_file))
             jobs = ((number, first, end, str(index_dir), file_ends)
-                    for number, (first, end) in enumerate(block_documents))
+                    for number, (first, end) in enumerate(made.block_documents))
             for result in run_blocks(_build_block_instances, jobs):
                 writer.add(result.pairs, result.masks)
                 if dump_handle is not None:
                     _write_dump(dump_handle, result, tokenizer.ids_to_tokens)
-                for key, value in result.counts.items():
-                    totals[key] = totals.get(key, 0) + value
-                partner_files = [a + b for a, b in zip(partner_files, result.partner_files)]
+                _add_counts(made.totals, result.counts)
+                made.partner_files = [a + b for a, b in zip(made.partner_files, result.partner_files)]
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(instances=totals.get("instances", 0), refresh=False)
-            shards = writer.close()
-            if not totals.get("instances"):
+                    bar.set_postfix(instances=made.totals.get("instances", 0), refresh=False)
+            made.shards = writer.close()
+            if not made.totals.get("instances"):
                 raise BertkitError("the inputs produced no instances: they contain no text the vocabulary can encode")
     finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
         if bar is not None:
             bar.close()
         for leftover in output_dir.glob(f"{SHARD_PREFIX}*.tmp"):  # only what this run wrote
             shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
         shutil.rmtree(index_dir, ignore_errors=True)
-        _worker_state.clear()
+    return made
 
-    vocab_copy = output_dir / "vocab.txt"
-    shutil.copyfile(vocab_file, output_dir / "vocab.txt.tmp")
-    os.replace(output_dir / "vocab.txt.tmp", vocab_copy)
 
-    instances = totals["instances"]
-    counts = {
+def _counts(stats: CorpusStats, made: _Made, raw: bool) -> dict:
+    totals, instances = made.totals, made.totals["instances"]
+    return {
         "files": stats.files,
         "empty_files": len(stats.empty_files),
         "empty_file_paths": stats.empty_files,
@@ -568,40 +629,17 @@ def create_pretraining_data(
         "long_paragraphs_split": stats.long_paragraphs_split,
         "undecodable_lines": stats.undecodable_lines,
         "corpus_tokens": totals["corpus_tokens"],
-        "blocks": len(block_documents),
+        "blocks": len(made.block_documents),
         "instances": instances,
         "instance_tokens": totals["instance_tokens"],
         "not_next": totals["not_next"],
         "not_next_fraction": totals["not_next"] / instances,
         "random_next_from_same_document": totals["random_next_from_same_document"],
         # Per input file (as "inputs" lists them): its documents, and the NotNext partners drawn from it.
-        "documents_used_per_file": list(index.documents_per_file),
-        "not_next_partners_per_file": partner_files,
+        "documents_used_per_file": made.documents_per_file,
+        "not_next_partners_per_file": made.partner_files,
         "masked_positions": totals["masked_positions"],
     }
-    manifest = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "created_by": f"bertkit {__version__}",
-        "config": config,
-        "vocab": {
-            "file": "vocab.txt", "source": str(vocab_file), "sha256": sha256_file(vocab_file),
-            "size": tokenizer.vocab_size, "do_lower_case": bool(getattr(tokenizer, "do_lower_case", True)),
-            "pad_id": tokenizer.pad_token_id, "cls_id": tokenizer.cls_token_id,
-            "sep_id": tokenizer.sep_token_id, "mask_id": tokenizer.mask_token_id,
-        },
-        # Full SHA-256 of each input's on-disk bytes, computed while streaming it.
-        "inputs": [dataclasses.asdict(record) for record in stats.input_files],
-        "counts": counts,
-        "dtypes": {"input_ids": str(id_dtype_for(tokenizer.vocab_size)), "lengths": "uint16", "b_starts": "uint16",
-                   "next_sentence_labels": "uint8", "masked_lm_positions": "uint16",
-                   "masked_lm_ids": str(id_dtype_for(tokenizer.vocab_size)), "masked_lm_counts": "uint8"},
-        "num_instances": instances,
-        "shards": shards,
-    }
-    write_json_atomic(output_dir / MANIFEST_NAME, manifest)
-    summary = dict(counts, shards=len(shards), seconds=round(time.monotonic() - started, 2), output_dir=str(output_dir))
-    return summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -646,16 +684,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace) -> dict:
     """Run the command from parsed arguments; prints a one-line summary and returns the counts."""
-    summary = create_pretraining_data(
-        inputs=args.input, vocab=args.vocab, output_dir=args.output, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq, masked_lm_prob=args.masked_lm_prob,
-        short_seq_prob=args.short_seq_prob, dupe_factor=args.dupe_factor, seed=args.seed,
-        whole_word_mask=args.whole_word_mask, masking=args.masking, workers=args.workers, raw=args.raw,
-        dump_jsonl=args.dump_jsonl, mask_mix=args.mask_mix, progress=not args.no_progress,
-        shard_size=args.shard_size, block_chars=args.block_chars, max_line_chars=args.max_line_chars,
-        raw_document_break_lines=args.raw_document_break_lines, encoding_errors=args.encoding_errors,
-        overwrite=args.overwrite, not_next_partners=args.not_next_partners,
-    )
+    options = {field.name: getattr(args, field.name) for field in dataclasses.fields(DataOptions)
+               if field.name != "progress"}
+    summary = create_pretraining_data(args.input, args.vocab, args.output, progress=not args.no_progress, **options)
     print(
         f"{summary['instances']} instances ({summary['not_next_fraction']:.1%} NotNext) from "
         f"{summary['documents_used']} documents, {summary['sentences']} sentences in {summary['shards']} shard(s) "
