@@ -17,7 +17,9 @@ TaskResult (fractions), shown in the report as percent. A budget's "pretrain" se
 a fixed step count with the optimizer settings, or `time_budget`: each variant then pre-trains for
 that wall-clock time with the recipe measured for it (pretraining/recipe.py), settings the budget
 names overriding the recipe's. "finetune_by_model" changes the fine-tuning settings of one model
-(e.g. more seeds for the two the report compares: `bert` and `random-init`).
+(e.g. more seeds for the two the report compares: `bert` and `random-init`). A budget of kind
+"learning-curve" (`--budget curves`) runs learning_curve.py's stages instead, reusing the first four
+of these for its pre-trained model; reproduce_command.py is the command line of both.
 """
 
 from __future__ import annotations

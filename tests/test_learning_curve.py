@@ -221,3 +221,28 @@ def test_command_line_refuses_flags_a_curve_would_ignore(tmp_path, capsys, data_
     plan = json.loads(capsys.readouterr().out)
     assert rc == 0 and plan["model"] == "cpu-hour / bert" and plan["sizes"]["mrpc"] == [250, 1000, 3668]
     assert plan["fine_tuning_runs"] == 15 * 2 * 2 * 3
+
+
+@pytest.mark.slow
+def test_without_a_model_the_curve_pretrains_with_the_budget_it_names(tiny_curve, tmp_path, data_dir):
+    """The chained budget's corpus, vocab, data and pretrain-bert stages run in the curve's own cache."""
+    path, data, _ = tiny_curve
+    (data / "corpus").symlink_to(data_dir / "corpus")
+    smoke = load_budget("smoke")
+    smoke = {k: v for k, v in smoke.items() if k != "_path"}
+    smoke["pretrain"] = {**smoke["pretrain"], "max_steps": 6, "eval_steps": 6, "save_steps": 6}
+    (tmp_path / "pre.json").write_text(json.dumps(smoke))
+    budget = json.loads(path.read_text())
+    budget.update(pretrained={"budget": str(tmp_path / "pre.json")}, sizes=[8], seeds=[1, 2],
+                  finetune={**budget["finetune"], "learning_rates": [1e-3]})
+    path.write_text(json.dumps(budget))
+    out = tmp_path / "chained"
+    report = learning_curve(str(path), str(data), str(out), precision="fp32")
+    assert {"corpus", "vocab", "data", "pretrain-bert", "model-random-init"} <= set(report["stages_run_this_time"])
+    assert report["model"] == str(out / "stages" / "pretrain-bert")
+    assert report["pretraining"]["steps"] == 6
+    text = (out / "report.md").read_text()
+    assert "budget's BERT variant, pre-trained in this run's stages (held-out MLM" in text
+    rand = json.loads((out / "stages" / "model-random-init" / "config.json").read_text())
+    assert rand["vocab_size"] == json.loads((out / "stages" / "pretrain-bert" / "config.json").read_text())["vocab_size"]
+    assert "bertkit_pretraining" not in rand
