@@ -1,7 +1,7 @@
 """`bertkit reproduce --budget curves`: the learning curve of pre-trained BERT against random init.
 
 The statistics and verdicts against hand computations; a test-sized curve end to end (a tiny model,
-an SST-2 of 20 training sentences, sizes 8 / 16 / 32) whose table is recomputed from its raw runs;
+an SST-2 of 20 training sentences, sizes 8 and 32) whose table is recomputed from its raw runs;
 the seeded subsets; the budget's checks and its stated wall-time estimate."""
 
 import json
@@ -10,8 +10,10 @@ import re
 import statistics
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
-from bertkit import BertForPreTraining
+from bertkit import BertConfig, BertForPreTraining, BertTokenizer
 from bertkit.errors import BertkitError
 from bertkit.learning_curve import check_curve_budget, estimate_seconds, learning_curve
 from bertkit.learning_curve_report import curve_points, curve_verdict
@@ -74,16 +76,22 @@ def test_verdict_when_pretraining_is_still_ahead_at_the_largest_size():
 
 
 @pytest.fixture
-def tiny_curve(tmp_path, data_dir, tiny_model):
-    """A data folder with an SST-2 of 20 training and 12 dev sentences, a tiny model, a curve budget."""
+def tiny_curve(tmp_path, data_dir):
+    """A data folder with an SST-2 of 20 training and 40 dev sentences, a tiny model, a curve budget."""
     rows = [line for line in (data_dir / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()]
     folder = tmp_path / "data" / "glue" / "SST-2"
     folder.mkdir(parents=True)
     (folder / "train.tsv").write_text("\n".join(rows[:21]) + "\n", encoding="utf-8")
-    (folder / "dev.tsv").write_text("\n".join([rows[0]] + rows[100:112]) + "\n", encoding="utf-8")
-    model = tiny_model(BertForPreTraining, tmp_path / "pretrained")
-    budget = {"name": "tiny-curve", "kind": "learning-curve", "about": "test-sized", "sizes": [8, 16, 32],
-              "seeds": [1, 2], "finetune": {"learning_rates": [1e-4, 1e-3], "epochs": [1], "batch_size": 4,
+    (folder / "dev.tsv").write_text("\n".join([rows[0]] + rows[100:140]) + "\n", encoding="utf-8")
+    # "pre-trained": the tiny model drawn with another seed than random init's, so that the two differ
+    torch.manual_seed(123)
+    tokenizer = BertTokenizer.from_pretrained(data_dir / "vocab" / "bert-base-uncased-vocab.txt")
+    model = tmp_path / "pretrained"
+    BertForPreTraining(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                  initializer_range=0.2)).save_pretrained(model, tokenizer=tokenizer)
+    budget = {"name": "tiny-curve", "kind": "learning-curve", "about": "test-sized", "sizes": [8, 32],
+              "seeds": [1, 2], "finetune": {"learning_rates": [1e-4, 1e-2], "epochs": [1], "batch_size": 4,
                                              "max_seq_length": 32},
               "tasks": {"sst-2": {}}}
     path = tmp_path / "tiny-curve.json"
@@ -97,12 +105,12 @@ def test_tiny_curve_runs_end_to_end_and_its_table_follows_its_runs(tiny_curve, t
     out = tmp_path / "out"
     report = learning_curve(str(path), str(data), str(out), model=str(model), precision="fp32")
     runs = report["runs"]["sst-2"]
-    # 8 and 16 examples, then the whole 20-sentence set once for 32; two rates x two seeds each
-    assert list(runs["bert"]) == ["8", "16", "32"] and runs["bert"]["32"]["used"] == 20
+    # 8 examples, then the whole 20-sentence set for 32; two rates x two seeds each
+    assert list(runs["bert"]) == ["8", "32"] and runs["bert"]["32"]["used"] == 20
     assert all(len(v) == 2 for m in runs.values() for p in m.values() for v in p["runs"].values())
     assert not list(out.rglob("model.safetensors"))[2:], "fine-tuned models are not kept"
     text = (out / "report.md").read_text()
-    for size, label in (("8", "8"), ("16", "16"), ("32", "20 (all)")):
+    for size, label in (("8", "8"), ("32", "20 (all)")):
         chosen = {}
         for model_name in ("bert", "random-init"):
             by_lr = runs[model_name][size]["runs"]
@@ -119,10 +127,13 @@ def test_tiny_curve_runs_end_to_end_and_its_table_follows_its_runs(tiny_curve, t
     assert f"Verdict (SST-2): {verdict}." in text and f"- SST-2: {verdict}." in text
     assert re.match(r"(from [\d,]+ examples?( \(the whole training set\))? on the two are within noise|"
                     r"(pre-training|random init) still ahead at)", verdict)
-    # the random-init model is the pre-trained one's architecture and vocabulary
+    # the random-init model is the pre-trained one's architecture and vocabulary, not its weights
     mine = json.loads((model / "config.json").read_text())
     rand = json.loads((out / "stages" / "model-random-init" / "config.json").read_text())
     assert all(mine[k] == rand[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
+    a, b = load_file(model / "model.safetensors"), load_file(out / "stages" / "model-random-init" / "model.safetensors")
+    assert a.keys() == b.keys() and not torch.equal(a["bert.embeddings.word_embeddings.weight"],
+                                                    b["bert.embeddings.word_embeddings.weight"])
     again = learning_curve(str(path), str(data), str(out), model=str(model), precision="fp32")
     assert again["stages_run_this_time"] == [] and again["curves"] == report["curves"]
 
