@@ -59,7 +59,8 @@ def markdown(rows: list[dict], files: list[str]) -> str:
     for r in rows:
         lines.append(f"| `{r['scheme']}` | {shares(r['partner_share'])} ({' / '.join(f'{x:,}' for x in r['partners'])}) | "
                      f"{shares(r['document_share'])} ({' / '.join(f'{x:,}' for x in r['documents'])}) | "
-                     f"{r['chi2']:,.1f}, p {r['p']:.2g} | {r['same_document']} | "
+                     f"{r['chi2']:,.1f}, p {'< 1e-300' if r['p'] == 0 else format(r['p'], '.2g')} | "
+                     f"{r['same_document']} | "
                      f"{100 * r['not_next_fraction']:.1f}% ({r['not_next']:,} of {r['instances']:,}) |")
     return "\n".join(lines)
 
