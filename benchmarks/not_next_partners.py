@@ -57,8 +57,9 @@ def markdown(rows: list[dict], files: list[str]) -> str:
              "chi-square (2 df), p | partner from A's own document | NotNext fraction |",
              "|---|---|---|---|---:|---:|"]
     for r in rows:
-        lines.append(f"| `{r['scheme']}` | {shares(r['partner_share'])} ({' / '.join(f'{x:,}' for x in r['partners'])}) | "
-                     f"{shares(r['document_share'])} ({' / '.join(f'{x:,}' for x in r['documents'])}) | "
+        partners, documents = " / ".join(f"{x:,}" for x in r["partners"]), " / ".join(f"{x:,}" for x in r["documents"])
+        lines.append(f"| `{r['scheme']}` | {shares(r['partner_share'])} ({partners}) | "
+                     f"{shares(r['document_share'])} ({documents}) | "
                      f"{r['chi2']:,.1f}, p {'< 1e-300' if r['p'] == 0 else format(r['p'], '.2g')} | "
                      f"{r['same_document']} | "
                      f"{100 * r['not_next_fraction']:.1f}% ({r['not_next']:,} of {r['instances']:,}) |")

@@ -93,16 +93,20 @@ def check_curve_budget(budget: dict) -> None:
 # ---------------------------------------------------------------- the wall-time estimate
 
 
-def train_sizes_used(budget: dict, task: str) -> list[int]:
-    """The example counts a task trains on: the sizes, those past its training set (the estimate's
-    `train_examples`) once on the whole set."""
+def sizes_run(budget: dict, task: str) -> list[tuple[int, int]]:
+    """(size asked, examples trained on) of each size a task runs: the sizes up to the first past its
+    training set (the estimate's `train_examples`), which runs once on the whole set."""
     whole = budget.get("estimate", {}).get("train_examples", {}).get(task)
-    used = []
+    out = []
     for size in budget["sizes"]:
-        n = size if whole is None else min(size, whole)
-        if n not in used:
-            used.append(n)
-    return used
+        out.append((size, size if whole is None else min(size, whole)))
+        if whole is not None and size >= whole:
+            break
+    return out
+
+
+def train_sizes_used(budget: dict, task: str) -> list[int]:
+    return [used for _, used in sizes_run(budget, task)]
 
 
 def estimate_seconds(budget: dict, tasks: list[str]) -> float | None:
@@ -252,8 +256,8 @@ def curve_plan(budget: dict, data_dir: Path, tasks: list[str], model: str | None
     stages = [] if model else ["corpus", "vocab", "data", "pretrain-bert"]
     stages += ["model-random-init"]
     for task in tasks:
-        for n in train_sizes_used(budget, task):
-            stages += [f"curve-{m}-{task}-{n}-lr{lr:g}-s{s}" for m in MODELS
+        for size, _ in sizes_run(budget, task):
+            stages += [f"curve-{m}-{task}-{size}-lr{lr:g}-s{s}" for m in MODELS
                        for lr in budget["finetune"]["learning_rates"] for s in budget["seeds"]]
     seconds = estimate_seconds(budget, tasks)
     if seconds is not None and model:
@@ -332,5 +336,5 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-__all__ = ["KIND", "is_learning_curve", "check_curve_budget", "estimate_seconds", "train_sizes_used", "learning_curve",
-           "curve_plan", "write_curve_report"]
+__all__ = ["KIND", "is_learning_curve", "check_curve_budget", "estimate_seconds", "sizes_run", "train_sizes_used",
+           "learning_curve", "curve_plan", "write_curve_report"]

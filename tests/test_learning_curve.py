@@ -232,6 +232,8 @@ def test_command_line_refuses_flags_a_curve_would_ignore(tmp_path, capsys, data_
     plan = json.loads(capsys.readouterr().out)
     assert rc == 0 and plan["model"] == "cpu-hour / bert" and plan["sizes"]["mrpc"] == [250, 1000, 3668]
     assert plan["fine_tuning_runs"] == 15 * 2 * 2 * 3
+    assert "curve-bert-mrpc-4000-lr0.001-s3" in plan["stages"] and "curve-bert-mrpc-16000-lr0.001-s3" not in \
+        plan["stages"]  # named by the size asked, as the run names them; past the set, once
 
 
 @pytest.mark.slow
@@ -255,5 +257,6 @@ def test_without_a_model_the_curve_pretrains_with_the_budget_it_names(tiny_curve
     text = (out / "report.md").read_text()
     assert "budget's BERT variant, pre-trained in this run's stages (held-out MLM" in text
     rand = json.loads((out / "stages" / "model-random-init" / "config.json").read_text())
-    assert rand["vocab_size"] == json.loads((out / "stages" / "pretrain-bert" / "config.json").read_text())["vocab_size"]
+    pretrained = json.loads((out / "stages" / "pretrain-bert" / "config.json").read_text())
+    assert rand["vocab_size"] == pretrained["vocab_size"]
     assert "bertkit_pretraining" not in rand
