@@ -86,8 +86,12 @@ def check_curve_budget(budget: dict) -> None:
             raise BertkitError(f"tasks.{task}.{named[0]}: the learning curve sets it per run (sizes, seeds, "
                                "finetune.learning_rates)", path=where)
     pretrained = budget.get("pretrained", {})
-    if pretrained and (set(pretrained) - {"budget", "variant"} or pretrained.get("variant", "bert") != "bert"):
+    if pretrained and (set(pretrained) - {"budget", "variant"} or pretrained.get("variant", "bert") != "bert"
+                       or "budget" not in pretrained):
         raise BertkitError('pretrained: {"budget": NAME} (its bert variant is the model)', path=where)
+    if pretrained and is_learning_curve(load_budget(pretrained["budget"])):  # an unknown name fails here too
+        raise BertkitError(f"pretrained.budget {pretrained['budget']!r} is a learning curve, not a pre-training "
+                           "budget", path=where)
 
 
 # ---------------------------------------------------------------- the wall-time estimate

@@ -207,6 +207,8 @@ def test_curves_budget_is_checked_and_its_estimate_is_the_one_it_states():
     ({"tasks": {"sst-2": {"max_train_examples": 10}}}, "tasks.sst-2.max_train_examples: the learning curve sets it"),
     ({"finetune": {"learning_rates": [1e-4], "seeds": [1]}}, "unknown: seeds"),
     ({"tasks": {"glue-x": {}}}, "tasks.glue-x: unknown task"),
+    ({"pretrained": {"budget": "cpu-hours"}}, "unknown budget 'cpu-hours'"),
+    ({"pretrained": {"budget": "curves"}}, "pretrained.budget 'curves' is a learning curve"),
 ])
 def test_curve_budgets_that_would_fail_or_be_ignored_are_refused(tmp_path, change, message):
     budget = {k: v for k, v in load_budget("curves").items() if k != "_path"}
