@@ -262,3 +262,40 @@ def test_without_a_model_the_curve_pretrains_with_the_budget_it_names(tiny_curve
     pretrained = json.loads((out / "stages" / "pretrain-bert" / "config.json").read_text())
     assert rand["vocab_size"] == pretrained["vocab_size"]
     assert "bertkit_pretraining" not in rand
+
+
+def test_squad_runs_draw_training_questions_by_seed_and_score_one_dev_subset(tmp_path, monkeypatch, data_dir):
+    from bertkit.tasks import squad
+    from bertkit.tasks.benchmarks import BenchmarkSettings
+
+    seen = []
+    monkeypatch.setattr(squad, "finetune_squad", lambda *args, **kwargs: seen.append(kwargs))
+    for seed in (1, 2):
+        squad.run_benchmark("1.1", BenchmarkSettings(
+            model_dir=tmp_path, data_dir=data_dir, output_dir=tmp_path, precision="fp32",
+            finetune={"learning_rates": [1e-3], "epochs": [2], "batch_size": 32, "seeds": [seed], "max_seq_length": 128},
+            task={"max_train_examples": 250, "max_eval_examples": 800, "subset_seed": seed, "eval_subset_seed": 0}))
+    assert [(k["subset_seed"], k["eval_subset_seed"], k["seed"]) for k in seen] == [(1, 0, 1), (2, 0, 2)]
+
+
+@pytest.mark.parametrize("eval_subset_seed, dev_seed", [(0, 0), (None, 2)])  # None: the subset seed, as before
+def test_finetune_squad_draws_dev_with_its_own_seed(tmp_path, monkeypatch, data_dir, eval_subset_seed, dev_seed):
+    from bertkit.tasks import squad
+
+    draws = []
+    real = squad.subsample
+    monkeypatch.setattr(squad, "subsample", lambda ex, n, seed=0: draws.append((n, seed)) or real(ex, n, seed))
+
+    class Drawn(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Drawn
+
+    monkeypatch.setattr(squad, "training_windows", stop)
+    monkeypatch.setattr(squad, "model_tokenizer", lambda *a, **k: None)
+    with pytest.raises(Drawn):
+        squad.finetune_squad(tmp_path, data_dir / "squad" / "dev-v1.1.json", tmp_path,
+                             dev_file=data_dir / "squad" / "dev-v1.1.json", max_train_examples=5, max_eval_examples=3,
+                             subset_seed=2, eval_subset_seed=eval_subset_seed)
+    assert draws == [(5, 2), (3, dev_seed)]
