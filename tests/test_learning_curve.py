@@ -273,7 +273,8 @@ def test_squad_runs_draw_training_questions_by_seed_and_score_one_dev_subset(tmp
     for seed in (1, 2):
         squad.run_benchmark("1.1", BenchmarkSettings(
             model_dir=tmp_path, data_dir=data_dir, output_dir=tmp_path, precision="fp32",
-            finetune={"learning_rates": [1e-3], "epochs": [2], "batch_size": 32, "seeds": [seed], "max_seq_length": 128},
+            finetune={"learning_rates": [1e-3], "epochs": [2], "batch_size": 32, "seeds": [seed],
+                      "max_seq_length": 128},
             task={"max_train_examples": 250, "max_eval_examples": 800, "subset_seed": seed, "eval_subset_seed": 0}))
     assert [(k["subset_seed"], k["eval_subset_seed"], k["seed"]) for k in seen] == [(1, 0, 1), (2, 0, 2)]
 
