@@ -45,20 +45,30 @@ def bertkit_cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "bertkit", *args]
 
 
-def prepare(data_dir: Path, work: Path) -> dict:
-    """Vocabulary, training data (whole corpus, length 128, dynamic masking) and held-out data; cached."""
+def prepare(data_dir: Path, work: Path, not_next_partners: str = "corpus", vocab_file: Path | None = None) -> dict:
+    """Vocabulary (trained, or the vocab.txt given), training data (whole corpus, length 128, dynamic
+    masking, NotNext partners by the scheme given) and held-out data; cached in `work` (so one work
+    folder holds one scheme and one vocabulary: the manifest says which)."""
     from bertkit.pretraining.heldout import write_heldout_corpus
 
     work.mkdir(parents=True, exist_ok=True)
     vocab, train, heldout = work / "vocab", work / "data128", work / "heldout128"
     if not (vocab / "vocab.txt").is_file():
-        subprocess.run(bertkit_cli("train-tokenizer", "--input", *[str(data_dir / c) for c in CORPUS],
-                                   "--vocab-size", str(VOCAB_SIZE), "--output", str(vocab)), check=True)
+        if vocab_file is not None:
+            vocab.mkdir(parents=True, exist_ok=True)
+            (vocab / "vocab.txt").write_bytes(vocab_file.read_bytes())
+        else:
+            subprocess.run(bertkit_cli("train-tokenizer", "--input", *[str(data_dir / c) for c in CORPUS],
+                                       "--vocab-size", str(VOCAB_SIZE), "--output", str(vocab)), check=True)
     if not (train / "manifest.json").is_file():
         subprocess.run(bertkit_cli("create-pretraining-data", "--input", *[str(data_dir / c) for c in CORPUS],
                                    "--vocab", str(vocab), "--output", str(train), "--max-seq-length", "128",
                                    "--max-predictions-per-seq", "20", "--masking", "dynamic", "--workers", "2",
-                                   "--seed", "1", "--overwrite", "--no-progress"), check=True)
+                                   "--seed", "1", "--not-next-partners", not_next_partners, "--overwrite",
+                                   "--no-progress"), check=True)
+    made_with = json.loads((train / "manifest.json").read_text())["config"].get("not_next_partners", "block")
+    if made_with != not_next_partners:
+        raise SystemExit(f"{train} was made with --not-next-partners {made_with}: use another --work folder")
     if not (heldout / "manifest.json").is_file():
         text = work / "heldout.txt"
         counts = write_heldout_corpus([data_dir / "squad/dev-v1.1.json"], text, [data_dir / c for c in CORPUS])
@@ -271,11 +281,16 @@ def main() -> None:
     parser.add_argument("--transformers-model", default="tiny", help="the same size as bertkit's recipe")
     parser.add_argument("--transformers-batch-size", type=int, default=32)
     parser.add_argument("--report", type=Path, help="write the table and curve of every run in --work here")
+    parser.add_argument("--not-next-partners", choices=("corpus", "block"), default="corpus",
+                        help="how the training data draws NotNext partners (block: the data of the tables "
+                             "measured before the whole-corpus draw)")
+    parser.add_argument("--vocab", type=Path, help="a vocab.txt to make the data with instead of training "
+                                                   f"{VOCAB_SIZE:,} pieces (e.g. bert-base-uncased's)")
     args = parser.parse_args()
     if args.report:
         write_report(args.work, args.report)
         return
-    data = prepare(args.data_dir, args.work)
+    data = prepare(args.data_dir, args.work, args.not_next_partners, args.vocab)
     for system in args.systems.split(","):
         name = args.name or f"{system}_{args.budget}"
         if system == "bertkit":

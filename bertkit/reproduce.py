@@ -17,12 +17,13 @@ TaskResult (fractions), shown in the report as percent. A budget's "pretrain" se
 a fixed step count with the optimizer settings, or `time_budget`: each variant then pre-trains for
 that wall-clock time with the recipe measured for it (pretraining/recipe.py), settings the budget
 names overriding the recipe's. "finetune_by_model" changes the fine-tuning settings of one model
-(e.g. more seeds for the two the report compares: `bert` and `random-init`).
+(e.g. more seeds for the two the report compares: `bert` and `random-init`). A budget of kind
+"learning-curve" (`--budget curves`) runs learning_curve.py's stages instead, reusing the first four
+of these for its pre-trained model; reproduce_command.py is the command line of both.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -62,6 +63,12 @@ DERIVED_MODELS = {"ltr+bilstm": LTR.name}
 VARIANTS = (*OBJECTIVES, *DERIVED_MODELS)
 
 
+# What a budget runs: the paper's ablations (this module's stages), or a learning curve of the
+# pre-trained BERT against random init (learning_curve.py; `"kind": "learning-curve"`).
+ABLATIONS, LEARNING_CURVE = "ablations", "learning-curve"
+BUDGET_KINDS = (ABLATIONS, LEARNING_CURVE)
+
+
 def load_budget(name_or_path: str) -> dict:
     path = Path(name_or_path)
     if not path.is_file():
@@ -79,7 +86,12 @@ def load_budget(name_or_path: str) -> dict:
     if not isinstance(budget, dict):
         raise BertkitError("a budget file holds a JSON object", path=str(path))
     budget["_path"] = str(path)
-    check_budget(budget)
+    kind = budget.get("kind", ABLATIONS)
+    if kind not in BUDGET_KINDS:
+        raise BertkitError(f"budget kind {kind!r} is not one of {', '.join(BUDGET_KINDS)}", path=str(path),
+                           line=_line_of(str(path), "kind"))
+    if kind == ABLATIONS:
+        check_budget(budget)  # a learning curve's own check is learning_curve.check_curve_budget
     return budget
 
 
@@ -504,6 +516,9 @@ def reproduce(budget: str | dict, data_dir: str | None, output: str, variants: l
     """Run `STAGES` in order (the module docstring's list) and return report.json's content; with
     dry_run, the plan instead. Progress goes to the "bertkit" logger."""
     budget = load_budget(budget) if isinstance(budget, str) else budget
+    if budget.get("kind", ABLATIONS) != ABLATIONS:
+        raise BertkitError(f"budget {budget['name']!r} is a {budget['kind']}: bertkit.learning_curve.learning_curve "
+                           "runs it (the command line picks it)")
     try:
         data_dir = resolve_data_dir(data_dir)
     except BertkitError:
@@ -553,25 +568,3 @@ def plan(budget: dict, data_dir: Path, variants: list[str], tasks: list[str]) ->
             "pretrain_time_budget_seconds": pretrain_time_budget(budget),
             "sequences_seen": None if steps is None else steps * p["batch_size"], "phase2": p.get("phase2_fraction"),
             "finetune_seeds": seeds, "stages": stages, "tasks": tasks, "variants": variants, "data_dir": str(data_dir)}
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", default="demo", help="smoke | demo | cpu-hour | cpu-day | paper, or a budget .json file")
-    p.add_argument("--data-dir", help="data folder (default: $BERTKIT_DATA)")
-    p.add_argument("--output", required=True)
-    p.add_argument("--variants", help=f"comma list from {', '.join(VARIANTS)} (default: the budget's)")
-    p.add_argument("--tasks", help="comma list (default: every task of the budget whose data exists)")
-    p.add_argument("--vocab", help="use this vocab.txt instead of training one")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--dry-run", action="store_true", help="print the plan (model, steps, stages) and stop")
-
-
-def run_from_args(args) -> int:
-    split = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
-    result = reproduce(args.budget, args.data_dir, args.output, variants=split(args.variants),
-                       tasks=split(args.tasks), vocab=args.vocab, precision=args.precision, dry_run=args.dry_run)
-    if args.dry_run:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"Report: {Path(args.output) / 'report.md'}")
-    return 0

@@ -11,6 +11,7 @@ measurements behind it: benchmarks/results/pretraining_budget.md (benchmarks/pre
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ..config import PRESETS, BertConfig
 from ..errors import BertkitError
@@ -81,6 +82,20 @@ def step_cost_ratio(model_config: str, vocab_size: int) -> float:
     """Estimated cost of a step on data with `vocab_size` pieces over one with the measured 8,192."""
     return sum(multiply_adds_per_token(model_config, vocab_size)) / \
         sum(multiply_adds_per_token(model_config, MEASURED_VOCAB_SIZE))
+
+
+def batch_halving_vocab_size(model_config: str) -> int:
+    """The rule of `fit_to_vocabulary` as a number: the smallest vocabulary whose step costs
+    COSTLIER_STEP x the measured 8,192-piece one's with this preset, from which the budget recipe's
+    batch is halved (BERT-TINY: 23,821 pieces; bert-base-uncased's 30,522 are past it, a vocabulary
+    trained with `bertkit train-tokenizer` at 8,192 or 16,384 is not). The output layer's cost grows
+    linearly with the vocabulary, so the bound solves (E + cV) / (E + c x 8,192) = COSTLIER_STEP."""
+    encoder, per_piece = multiply_adds_per_token(model_config, 1)
+    bound = ((COSTLIER_STEP - 1) * encoder + COSTLIER_STEP * per_piece * MEASURED_VOCAB_SIZE) / per_piece
+    size = math.ceil(bound)
+    while step_cost_ratio(model_config, size) < COSTLIER_STEP:  # the float bound a hair under the ratio's own
+        size += 1
+    return size
 
 
 def fit_to_vocabulary(recipe: Recipe, vocab_size: int) -> Recipe:
@@ -171,4 +186,5 @@ def deviations_from_paper(recipe: Recipe, time_budget: float | None) -> list[str
 
 
 __all__ = ["Recipe", "PAPER", "NO_BUDGET_DEFAULT", "BUDGET_RECIPES", "MEASURED_VOCAB_SIZE", "recipe_for_budget",
-           "resolve_recipe", "deviations_from_paper", "fit_to_vocabulary", "step_cost_ratio", "multiply_adds_per_token"]
+           "resolve_recipe", "deviations_from_paper", "fit_to_vocabulary", "step_cost_ratio", "multiply_adds_per_token",
+           "batch_halving_vocab_size"]

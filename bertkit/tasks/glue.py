@@ -539,7 +539,8 @@ def run_benchmark(task: GlueTask, settings: BenchmarkSettings) -> TaskResult:
     return finetune_glue(task.name, str(settings.model_dir), str(settings.data_dir), str(settings.output_dir),
                          learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"],
                          batch_sizes=[ft["batch_size"]], max_seq_length=settings.max_seq_length(),
-                         max_train_examples=settings.task.get("max_train_examples"), precision=settings.precision)
+                         max_train_examples=settings.task.get("max_train_examples"),
+                         subset_seed=settings.task.get("subset_seed", 0), precision=settings.precision)
 
 
 def _benchmark(task: GlueTask) -> Benchmark:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Sequence
@@ -85,8 +86,21 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
     return [to_scheme(row, scheme) for row in predicted]
 
 
-def _limit(data: ConllData, n: int | None) -> list[Sentence]:
-    return subsample(data.sentences, n, contiguous=True)  # whole documents stay together for doc_context
+def _limit(data: ConllData, n: int | None, seed: int | None = None) -> list[Sentence]:
+    """The first n sentences, or (with a seed) whole documents drawn in a seeded random order until
+    n sentences, the last one cut, kept in file order: documents stay together for doc_context."""
+    if seed is None or n is None or n >= len(data.sentences):
+        return subsample(data.sentences, n, contiguous=True)
+    if n <= 0:
+        raise BertkitError(f"the example limit must be positive, not {n}")
+    documents = data.documents()
+    random.Random(seed).shuffle(documents)
+    keep: list[int] = []
+    for document in documents:
+        keep += document[: n - len(keep)]
+        if len(keep) == n:
+            break
+    return [data.sentences[i] for i in sorted(keep)]
 
 
 # ---------------------------------------------------------------- fine-tuning
@@ -100,7 +114,8 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
                  eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
                  data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
                  logging_steps: int = 50, resume: bool = False, dropout: float | None = FINETUNE_DROPOUT,
-                 grad_accum: int = 1, early_stopping_patience: int | None = None) -> TaskResult:
+                 grad_accum: int = 1, early_stopping_patience: int | None = None,
+                 subset_seed: int | None = None) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
@@ -110,7 +125,8 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     dev_predictions.txt, test_predictions.txt, model/ (the best model in the Hugging Face layout,
     id2label in config.json, with its tokenizer), runs/<name>/metrics.jsonl per run and the best
     run's metrics.jsonl in output_dir. `max_train_examples` / `max_eval_examples` keep the first N
-    sentences. The TaskResult's document is results.json. `grad_accum` micro-batches make each batch;
+    sentences; with `subset_seed`, the training ones are whole documents in that seed's random
+    order. The TaskResult's document is results.json. `grad_accum` micro-batches make each batch;
     `early_stopping_patience` N scores dev every epoch and stops a run after N epochs without a
     better score, keeping its best weights. Without a "valid" split (own data without dev): one run,
     trained and saved without selection."""
@@ -122,7 +138,7 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     else:
         files = {split: d.path for split, d in data.items()}
     tokenizer = load_tokenizer(model_dir, cased)
-    train_sentences = _limit(data["train"], max_train_examples)
+    train_sentences = _limit(data["train"], max_train_examples, subset_seed)
     eval_sets = {split: _limit(data[split], max_eval_examples) for split in ("valid", "test") if split in data}
     configs = grid(learning_rates, epochs, batch_sizes, seeds)
     has_dev = "valid" in eval_sets
@@ -363,7 +379,7 @@ def run_benchmark(settings: BenchmarkSettings) -> TaskResult:
         max_train_examples=cfg.get("max_train_examples", cfg.get("max_train_sentences")),
         max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_eval_sentences")),
         learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"], precision=settings.precision,
-        progress=False)
+        subset_seed=cfg.get("subset_seed"), progress=False)
 
 
 BENCHMARKS = (Benchmark(name="ner", label="CoNLL NER F1",

@@ -310,7 +310,8 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
                    search_null_threshold: bool = True, seed: int = 42, precision: str = "auto",
                    device: str = "auto", max_train_examples: int | None = None,
                    max_eval_examples: int | None = None, subset_seed: int = 0,
-                   article_split_fraction: float | None = None, split_seed: int = 0,
+                   eval_subset_seed: int | None = None, article_split_fraction: float | None = None,
+                   split_seed: int = 0,
                    eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
                    skip_bad_rows: bool = False, logging_steps: int = 50, save_steps: int = 0,
                    resume: bool = False, progress: bool | None = None,
@@ -339,7 +340,9 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
         if dev_data is not None and not dev_examples:
             raise BertkitError("the article split leaves no dev questions", path=str(dev_file))
     train_examples = subsample(train_examples, max_train_examples, subset_seed)
-    dev_examples = subsample(dev_examples, max_eval_examples, subset_seed)
+    # A learning curve draws each seed's training subset but scores every run on one dev subset.
+    dev_examples = subsample(dev_examples, max_eval_examples, subset_seed if eval_subset_seed is None
+                             else eval_subset_seed)
 
     windows = training_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, train_file)
     set_seed(seed)  # the new span head's initialisation
@@ -570,7 +573,9 @@ def run_benchmark(version: str, settings: BenchmarkSettings) -> TaskResult:
             seed=seed, precision=settings.precision, max_seq_length=settings.max_seq_length(MAX_SEQ_LENGTH),
             doc_stride=cfg.get("doc_stride", 128), max_query_length=cfg.get("max_query_length", 64),
             max_train_examples=cfg.get("max_train_examples"),
-            max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_dev_examples")), progress=False, **files)
+            max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_dev_examples")),
+            subset_seed=cfg.get("subset_seed", 0), eval_subset_seed=cfg.get("eval_subset_seed"), progress=False,
+            **files)
 
     seeds = list(ft["seeds"])
     if len(seeds) == 1:

@@ -58,3 +58,28 @@ def test_a_large_vocabulary_halves_the_budget_recipes_batch_and_says_why():
     # A wider model's step is less dominated by the output layer: BERT-MINI keeps its batch.
     mini, _ = resolve_recipe({"model_config": "mini"}, 15 * 60, vocab_size=30522)
     assert mini.batch_size == measured.batch_size and step_cost_ratio("mini", 30522) < 1.5
+
+
+@pytest.mark.parametrize("preset", ["tiny", "mini"])
+def test_the_rule_per_vocabulary_size_is_one_bound_per_model(preset):
+    """Below the bound the measured recipe's batch, from it on half; the bound is where a step costs
+    1.5x the measured one's, and the README states BERT-TINY's."""
+    from pathlib import Path
+
+    from bertkit.pretraining.recipe import COSTLIER_STEP, batch_halving_vocab_size
+
+    bound = batch_halving_vocab_size(preset)
+    assert step_cost_ratio(preset, bound - 1) < COSTLIER_STEP <= step_cost_ratio(preset, bound)
+    measured = BUDGET_RECIPES[0][1].batch_size
+    for vocab_size, batch in ((MEASURED_VOCAB_SIZE, measured), (bound - 1, measured), (bound, measured // 2),
+                              (250_000, measured // 2)):
+        recipe, _ = resolve_recipe({"model_config": preset}, 15 * 60, vocab_size=vocab_size)
+        assert recipe.batch_size == batch, (preset, vocab_size)
+        assert recipe.fitted_to_vocab_size == (vocab_size if batch < measured else 0)
+    # By hand for BERT-TINY (L=2, H=128, I=512; 20 of 128 positions predicted): encoder 2 x (4 x 128^2 +
+    # 2 x 128 x 512 + 2 x 128 x 128) + (20/128) x 128^2 = 461,312 multiply-adds a token, 20 a token per
+    # vocabulary piece; (461,312 + 20 V) / (461,312 + 20 x 8,192) >= 1.5 from V = 23,820.8.
+    if preset == "tiny":
+        assert bound == 23_821
+        readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+        assert f"{bound:,} pieces" in readme
