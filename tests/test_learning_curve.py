@@ -5,7 +5,6 @@ an SST-2 of 20 training sentences, sizes 8 and 32) whose table is recomputed fro
 the seeded subsets; the budget's checks and its stated wall-time estimate."""
 
 import json
-import math
 import re
 import statistics
 
@@ -15,8 +14,8 @@ from safetensors.torch import load_file
 
 from bertkit import BertConfig, BertForPreTraining, BertTokenizer
 from bertkit.errors import BertkitError
-from bertkit.learning_curve import check_curve_budget, estimate_seconds, learning_curve
-from bertkit.learning_curve_report import curve_points, curve_verdict
+from bertkit.reproduce.learning_curve import check_curve_budget, estimate_seconds, learning_curve
+from bertkit.reproduce.learning_curve_report import curve_points, curve_verdict
 from bertkit.reproduce import load_budget
 
 
@@ -29,9 +28,9 @@ def _curve(points):
     return out
 
 
-def test_points_take_each_models_best_rate_and_pool_their_sds():
+def test_points_take_each_models_best_rate_and_the_noise_rule_of_the_ablation_report():
     # 250: BERT at 1e-3 (mean 70, sd 2) beats its 3e-4 (60); random init at 3e-4: 60, 61, 62 (mean 61, sd 1).
-    # pooled sd = sqrt((2 x 4 + 2 x 1) / 4) = sqrt(2.5) = 1.5811; diff 9.0 > 1.58: not within noise.
+    # threshold = 2 x max(2, 1) = 4; diff 9.0 > 4: not within noise.
     by_model = _curve([(250, 250, {3e-4: [59.0, 60.0, 61.0], 1e-3: [68.0, 70.0, 72.0]},
                         {3e-4: [60.0, 61.0, 62.0], 1e-3: [50.0, 55.0, 57.0]})])
     (point,) = curve_points(by_model)
@@ -39,35 +38,39 @@ def test_points_take_each_models_best_rate_and_pool_their_sds():
     assert point.bert.mean == 70.0 and point.bert.sd == pytest.approx(2.0)
     assert point.random.mean == 61.0 and point.random.sd == pytest.approx(1.0)
     assert point.difference == pytest.approx(9.0)
-    assert point.pooled_sd == pytest.approx(math.sqrt(2.5))
+    assert point.threshold == pytest.approx(4.0)
     assert point.within_noise is False
+    # between sd and 2 sd (diff 3, sds 1 and 2: threshold 4) is within noise here as in the ablation report
+    (gray,) = curve_points(_curve([(250, 250, {3e-4: [84.0, 85.0, 86.0]}, {3e-4: [80.0, 82.0, 84.0]})]))
+    assert gray.within_noise is True
 
 
 def test_verdict_from_which_size_on_the_two_are_within_noise():
     grid = lambda *xs: {1e-3: list(xs)}  # noqa: E731
-    # 250: +10 (sd 1 / 1: pooled 1) ahead; 1,000: -5 (random ahead); 4,000: +0.5 < pooled 1; 16,000: -0.9 < 1.
+    # 250: +10 (sd 1 / 1: threshold 2) ahead; 1,000: -5 (random ahead); 4,000: +0.5 <= 2; 16,000: -0.9 <= 2.
     by_model = _curve([(250, 250, grid(70, 71, 72), grid(60, 61, 62)), (1000, 1000, grid(70, 71, 72), grid(75, 76, 77)),
                        (4000, 4000, grid(80.5, 81.5, 82.5), grid(80, 81, 82)),
                        (16000, 16000, grid(80.1, 81.1, 82.1), grid(81, 82, 83))])
     points = curve_points(by_model)
     assert [p.within_noise for p in points] == [False, False, True, True]
-    assert curve_verdict(points) == ("from 4,000 examples on the two are within noise (|diff| < pooled sd); below "
-                                     "that pre-training is ahead at 250; and random init is ahead at 1,000")
+    assert curve_verdict(points) == ("from 4,000 examples on the two are within noise (|diff| <= 2 x the larger "
+                                     "sd); below that pre-training is ahead at 250; and random init is ahead at 1,000")
 
 
 def test_verdict_when_pretraining_is_still_ahead_at_the_largest_size():
     grid = lambda *xs: {3e-4: list(xs)}  # noqa: E731
-    # 16,000: 84, 85, 86 (sd 1) against 80, 82, 84 (sd 2): pooled sqrt((2 + 8) / 4) = 1.58, diff +3.0.
+    # 16,000: 84, 85, 86 (sd 1) against 78, 79.5, 81 (sd 1.5): threshold 3.0, diff +5.5.
     by_model = _curve([(250, 250, grid(60, 61, 62), grid(60, 61, 62)), (16000, 16000, grid(84, 85, 86),
-                                                                         grid(80, 82, 84))])
+                                                                         grid(78, 79.5, 81))])
     points = curve_points(by_model)
-    assert curve_verdict(points) == "pre-training still ahead at 16,000 examples (|diff| 3.0 >= pooled sd 1.6)"
-    behind = curve_points(_curve([(16000, 16000, grid(80, 82, 84), grid(84, 85, 86))]))
+    assert curve_verdict(points) == ("pre-training still ahead at 16,000 examples (|diff| 5.5 > 2 x the larger sd "
+                                     "3.0)")
+    behind = curve_points(_curve([(16000, 16000, grid(78, 79.5, 81), grid(84, 85, 86))]))
     assert curve_verdict(behind).startswith("random init still ahead at 16,000 examples")
     within_everywhere = curve_points(_curve([(250, 250, grid(60, 61, 62), grid(60.5, 61.5, 62.5)),
                                              (1000, 900, grid(70, 71, 72), grid(70, 71, 72))]))
-    assert curve_verdict(within_everywhere) == ("from 250 examples on the two are within noise (|diff| < pooled "
-                                                "sd)")
+    assert curve_verdict(within_everywhere) == ("from 250 examples on the two are within noise (|diff| <= 2 x "
+                                                "the larger sd)")
     single = curve_points(_curve([(250, 250, grid(60), grid(61))]))
     assert curve_verdict(single).startswith("no verdict")
 
@@ -117,11 +120,11 @@ def test_tiny_curve_runs_end_to_end_and_its_table_follows_its_runs(tiny_curve, t
             lr = max(by_lr, key=lambda k: statistics.fmean(by_lr[k]))
             chosen[model_name] = (float(lr), by_lr[lr])
         (bert_lr, b), (random_lr, r) = chosen["bert"], chosen["random-init"]
-        pooled = math.sqrt((statistics.variance(b) + statistics.variance(r)) / 2)  # equal n
+        threshold = 2 * max(statistics.stdev(b), statistics.stdev(r))  # the ablation report's rule
         diff = statistics.fmean(b) - statistics.fmean(r)
         row = (f"| {label} | {statistics.fmean(b):.1f} | {statistics.stdev(b):.2f} | {bert_lr:g} | "
                f"{statistics.fmean(r):.1f} | {statistics.stdev(r):.2f} | {random_lr:g} | {diff:+.1f} | "
-               f"{pooled:.2f} | {'yes' if abs(diff) < pooled or diff == 0 else 'no'} |")
+               f"{threshold:.2f} | {'yes' if abs(diff) <= threshold else 'no'} |")
         assert row in text, (row, text)
     verdict = report["verdicts"]["sst-2"]
     assert f"Verdict (SST-2): {verdict}." in text and f"- SST-2: {verdict}." in text
@@ -139,7 +142,7 @@ def test_tiny_curve_runs_end_to_end_and_its_table_follows_its_runs(tiny_curve, t
 
 
 def test_each_seed_draws_its_own_subset_the_same_for_both_models(tiny_curve, tmp_path, monkeypatch):
-    from bertkit.learning_curve import finetune_point
+    from bertkit.reproduce.learning_curve import finetune_point
     from bertkit.tasks import runner
 
     path, data, model = tiny_curve
@@ -154,7 +157,7 @@ def test_each_seed_draws_its_own_subset_the_same_for_both_models(tiny_curve, tmp
     monkeypatch.setattr(runner, "subsample", recording)
     budget = load_budget(str(path))
     random_dir = tmp_path / "random"
-    from bertkit.learning_curve import make_random_like
+    from bertkit.reproduce.learning_curve import make_random_like
 
     random_dir.mkdir()
     make_random_like(model, random_dir)

@@ -112,7 +112,7 @@ def test_budgets_are_plain_config_files():
 
 
 def test_reference_section_sets_minilm_beside_bert_and_random_init():
-    from bertkit.reproduce_report import _reference_section
+    from bertkit.reproduce.report import _reference_section
 
     budget = {"finetune": {"learning_rates": [1e-4], "epochs": [2], "seeds": [1]},
               "tasks": {"mrpc": {"max_train_examples": 2000}, "ner": {"max_train_sentences": 1500}, "rte": {}},
@@ -286,7 +286,7 @@ def test_report_shows_mean_sd_and_gap_from_the_seeds_and_says_what_they_mean(tmp
     """The comparison table's numbers against a hand computation; the findings follow the numbers."""
     import types
 
-    from bertkit.reproduce_report import seed_values, write_report
+    from bertkit.reproduce.report import seed_values, write_report
 
     results = {
         # SST-2: 80, 82, 84 (mean 82, sd 2) vs 70, 71, 75 (mean 72, sd 2.65): +10.0 > 5.29, beyond the noise
@@ -335,7 +335,7 @@ def test_report_shows_mean_sd_and_gap_from_the_seeds_and_says_what_they_mean(tmp
 
 
 def test_findings_change_with_the_numbers():
-    from bertkit.reproduce_report import findings
+    from bertkit.reproduce.report import findings
 
     equal = {"bert": {"sst-2": _summary([80.0, 81.0, 82.0])}, "random-init": {"sst-2": _summary([80.5, 81.5, 79.5])}}
     assert "Not measurably" in findings(equal, {}, ["sst-2"])[0]

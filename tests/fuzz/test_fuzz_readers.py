@@ -15,7 +15,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.metrics.conll import evaluate_conll_file
 from bertkit.metrics.squad import evaluate_squad
-from bertkit.plot import read_metrics
+from bertkit.train.plot import read_metrics
 from bertkit.pretraining.corpus import read_corpus_file
 from bertkit.tasks.glue import read_glue_file
 from bertkit.tasks.multiple_choice import read_swag_file

@@ -133,7 +133,7 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
 
 
 def test_plot_writes_pngs(tmp_path):
-    from bertkit.plot import plot_run
+    from bertkit.train.plot import plot_run
 
     fit(tiny_model(), Phase(ToySource(n_batches=4), steps=4),
         TrainArgs(output_dir=str(tmp_path), precision="fp32", logging_steps=1, progress=False))

@@ -36,23 +36,23 @@ from typing import Callable
 
 import torch
 
-from .config import BertConfig
-from .errors import BertkitError
-from .heads import BertForPreTraining
-from .outputs import atomic_open, atomic_write_text
-from .plot import plot_run
-from .pretraining.corpus import iter_documents
-from .pretraining.create import create_pretraining_data
-from .pretraining.objectives import LTR, OBJECTIVES
-from .pretraining.recipe import recipe_for_budget
-from .pretraining.run import pretrain
-from .reproduce_report import write_report
-from .tasks.benchmarks import BenchmarkSettings
-from .tasks.examples import resolve_data_dir
-from .tasks.results import TaskResult
-from .tasks.registry import BENCHMARKS, benchmark
-from .tokenizer import BertTokenizer, train_tokenizer
-from .train.plan import parse_duration
+from ..config import BertConfig
+from ..errors import BertkitError
+from ..heads import BertForPreTraining
+from ..outputs import atomic_open, atomic_write_text
+from ..train.plot import plot_run
+from ..pretraining.corpus import iter_documents
+from ..pretraining.create import create_pretraining_data
+from ..pretraining.objectives import LTR, OBJECTIVES
+from ..pretraining.recipe import recipe_for_budget
+from ..pretraining.run import pretrain
+from .report import write_report
+from ..tasks.benchmarks import BenchmarkSettings
+from ..tasks.examples import resolve_data_dir
+from ..tasks.results import TaskResult
+from ..tasks.registry import BENCHMARKS, benchmark
+from ..tokenizer import BertTokenizer, train_tokenizer
+from ..train.plan import parse_duration
 
 log = logging.getLogger("bertkit")
 
@@ -517,7 +517,7 @@ def reproduce(budget: str | dict, data_dir: str | None, output: str, variants: l
     dry_run, the plan instead. Progress goes to the "bertkit" logger."""
     budget = load_budget(budget) if isinstance(budget, str) else budget
     if budget.get("kind", ABLATIONS) != ABLATIONS:
-        raise BertkitError(f"budget {budget['name']!r} is a {budget['kind']}: bertkit.learning_curve.learning_curve "
+        raise BertkitError(f"budget {budget['name']!r} is a {budget['kind']}: bertkit.reproduce.learning_curve.learning_curve "
                            "runs it (the command line picks it)")
     try:
         data_dir = resolve_data_dir(data_dir)

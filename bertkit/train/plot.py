@@ -8,8 +8,8 @@ import json
 import math
 from pathlib import Path
 
-from .errors import BertkitError
-from .outputs import atomic_write, check_output_file
+from ..errors import BertkitError
+from ..outputs import atomic_write, check_output_file
 
 
 def read_metrics(run_dir: str | Path) -> tuple[list[dict], list[dict]]:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
-from .outputs import atomic_write_text
-from .metrics.seeds import NOISE_RULE, Gap, compare_seeds, seed_stats
-from .pretraining.objectives import OBJECTIVES
-from .tasks.registry import BENCHMARKS
+from .. import __version__
+from ..outputs import atomic_write_text
+from ..metrics.seeds import NOISE_RULE, Gap, compare_seeds, seed_stats
+from ..pretraining.objectives import OBJECTIVES
+from ..tasks.registry import BENCHMARKS
 
 VARIANT_LABELS = {**{name: objective.label for name, objective in OBJECTIVES.items()},
                   "ltr+bilstm": "+ BiLSTM", "random-init": "random init (no pre-training)",

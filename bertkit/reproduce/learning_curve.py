@@ -34,18 +34,18 @@ from pathlib import Path
 
 import torch
 
-from . import __version__
-from .config import BertConfig
-from .errors import BertkitError
-from .heads import BertForPreTraining
+from .. import __version__
+from ..config import BertConfig
+from ..errors import BertkitError
+from ..heads import BertForPreTraining
 from .learning_curve_report import CURVE_NOISE_RULE, curve_points, curve_table, curve_verdict, point_record
-from .outputs import atomic_write_text
-from .reproduce import (Reproduction, Stages, available_tasks, load_budget, stage_corpus, stage_data, stage_pretrain,
+from ..outputs import atomic_write_text
+from .stages import (Reproduction, Stages, available_tasks, load_budget, stage_corpus, stage_data, stage_pretrain,
                         stage_vocab, task_summary)
-from .tasks.benchmarks import BenchmarkSettings
-from .tasks.examples import resolve_data_dir
-from .tasks.registry import BENCHMARKS, benchmark
-from .tokenizer import BertTokenizer
+from ..tasks.benchmarks import BenchmarkSettings
+from ..tasks.examples import resolve_data_dir
+from ..tasks.registry import BENCHMARKS, benchmark
+from ..tokenizer import BertTokenizer
 
 log = logging.getLogger("bertkit")
 

@@ -3,8 +3,9 @@ architecture, per task and fine-tuning set size, over seeds.
 
 Each point: per model, the learning rate of the grid with the best mean dev score over the seeds
 (the paper's protocol, the same grid for both models), that rate's mean and sample sd (n - 1), the
-difference of the means and the pooled sd of the two models' runs. The two are within noise at a
-point when |difference| < pooled sd (`CURVE_NOISE_RULE`). A task's verdict (`curve_verdict`) is
+difference of the means and the noise threshold of the project's one rule (metrics/seeds.py,
+`NOISE_RULE`: twice the larger of the two sds), so this report and the ablation report call the same
+gap the same way. The two are within noise at a point when the gap is not beyond that threshold. A task's verdict (`curve_verdict`) is
 read from its largest size down: the smallest size from which every point on is within noise, or,
 when the largest is not, which model is still ahead there.
 """
@@ -12,15 +13,14 @@ when the largest is not, which model is still ahead there.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from typing import Mapping, Sequence
 
-from .metrics.seeds import SeedStats, seed_stats
-from .tasks.registry import BENCHMARKS
+from ..metrics.seeds import NOISE_RULE, SeedStats, compare_seeds, seed_stats
+from ..tasks.registry import BENCHMARKS
 
-CURVE_NOISE_RULE = ("|mean_BERT - mean_random| < pooled sd, the pooled sd sqrt(((n_a - 1) sd_a^2 + (n_b - 1) sd_b^2) "
-                    "/ (n_a + n_b - 2)) of the two models' runs at their chosen learning rates")
+CURVE_NOISE_RULE = ("within noise unless beyond it by the rule of the ablation report: " + NOISE_RULE
+                    + "; each model's runs at its chosen learning rate")
 MODEL_LABELS = {"bert": "BERT", "random-init": "random init"}
 
 
@@ -32,28 +32,18 @@ class CurvePoint:
     bert_learning_rate: float
     random: SeedStats
     random_learning_rate: float
+    threshold: float | None  # the gap beyond which the two differ (2 x the larger sd); None without an sd
 
     @property
     def difference(self) -> float:
         return self.bert.mean - self.random.mean
 
     @property
-    def pooled_sd(self) -> float | None:
-        return pooled_sd(self.bert, self.random)
-
-    @property
     def within_noise(self) -> bool | None:
-        """None without a noise estimate (fewer than two runs on a side)."""
-        sd = self.pooled_sd
-        if sd is None:
+        """None without a noise estimate (fewer than two runs on both sides)."""
+        if self.threshold is None:
             return None
-        return abs(self.difference) < sd or self.difference == 0.0
-
-
-def pooled_sd(a: SeedStats, b: SeedStats) -> float | None:
-    if a.sd is None or b.sd is None:
-        return None
-    return math.sqrt(((a.n - 1) * a.sd ** 2 + (b.n - 1) * b.sd ** 2) / (a.n + b.n - 2))
+        return abs(self.difference) <= self.threshold
 
 
 def best_learning_rate(runs: Mapping[float, Sequence[float]]) -> tuple[float, list[float]]:
@@ -70,8 +60,9 @@ def curve_points(by_model: Mapping[str, Mapping[int, Mapping]]) -> list[CurvePoi
     for size in sorted(set(bert) & set(random_init)):
         bert_lr, bert_runs = best_learning_rate(bert[size]["runs"])
         random_lr, random_runs = best_learning_rate(random_init[size]["runs"])
+        gap = compare_seeds(bert_runs, random_runs)
         points.append(CurvePoint(size, min(bert[size]["used"], random_init[size]["used"]), seed_stats(bert_runs),
-                                 bert_lr, seed_stats(random_runs), random_lr))
+                                 bert_lr, seed_stats(random_runs), random_lr, gap.threshold))
     return points
 
 
@@ -89,12 +80,12 @@ def curve_verdict(points: Sequence[CurvePoint]) -> str:
     last = points[-1]
     if not last.within_noise:
         leader = "pre-training" if last.difference > 0 else "random init"
-        return f"{leader} still ahead at {_examples(last)} (|diff| {abs(last.difference):.1f} >= pooled sd " \
-               f"{last.pooled_sd:.1f})"
+        return f"{leader} still ahead at {_examples(last)} (|diff| {abs(last.difference):.1f} > 2 x the larger sd " \
+               f"{last.threshold:.1f})"
     first_within = len(points) - 1
     while first_within > 0 and points[first_within - 1].within_noise:
         first_within -= 1
-    text = f"from {_examples(points[first_within])} on the two are within noise (|diff| < pooled sd)"
+    text = f"from {_examples(points[first_within])} on the two are within noise (|diff| <= 2 x the larger sd)"
     before = points[:first_within]
     ahead = [p for p in before if p.difference > 0]
     behind = [p for p in before if p.difference < 0]
@@ -116,13 +107,13 @@ def curve_table(task: str, points: Sequence[CurvePoint]) -> list[str]:
     """The markdown table of one task's curve, then its verdict."""
     label = BENCHMARKS[task].label if task in BENCHMARKS else task
     lines = [f"### {label}", "",
-             "| examples | BERT mean | sd | lr | random init mean | sd | lr | diff | pooled sd | within noise? |",
+             "| examples | BERT mean | sd | lr | random init mean | sd | lr | diff | 2 x larger sd | within noise? |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for p in points:
         within = {True: "yes", False: "no", None: "-"}[p.within_noise]
         lines.append(f"| {size_label(p)} | {p.bert.mean:.1f} | {_sd(p.bert.sd)} | {p.bert_learning_rate:g} | "
                      f"{p.random.mean:.1f} | {_sd(p.random.sd)} | {p.random_learning_rate:g} | {p.difference:+.1f} | "
-                     f"{_sd(p.pooled_sd)} | {within} |")
+                     f"{_sd(p.threshold)} | {within} |")
     lines += ["", f"Verdict ({label}): {curve_verdict(points)}.", ""]
     return lines
 
@@ -131,12 +122,12 @@ def point_record(point: CurvePoint) -> dict:
     return {"size": point.size, "used": point.used, "bert": dataclasses.asdict(point.bert),
             "bert_learning_rate": point.bert_learning_rate, "random_init": dataclasses.asdict(point.random),
             "random_init_learning_rate": point.random_learning_rate, "difference": point.difference,
-            "pooled_sd": point.pooled_sd, "within_noise": point.within_noise}
+            "noise_threshold": point.threshold, "within_noise": point.within_noise}
 
 
 def _sd(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-__all__ = ["CURVE_NOISE_RULE", "CurvePoint", "pooled_sd", "best_learning_rate", "curve_points", "curve_verdict",
+__all__ = ["CURVE_NOISE_RULE", "CurvePoint", "best_learning_rate", "curve_points", "curve_verdict",
            "curve_table", "point_record", "size_label"]

@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from .errors import BertkitError
+from ..errors import BertkitError
 from .learning_curve import learning_curve
-from .reproduce import ABLATIONS, BUDGET_DIR, VARIANTS, load_budget, reproduce
+from .stages import ABLATIONS, BUDGET_DIR, VARIANTS, load_budget, reproduce
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
