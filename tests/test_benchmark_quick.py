@@ -13,11 +13,14 @@ sys.path.insert(0, str(BENCHMARKS))
 import run_all  # noqa: E402
 
 
-def test_quick_mode_defaults_to_the_main_cases_at_mini_and_base():
+def test_quick_mode_is_the_one_minute_check_unless_cases_are_given():
     args = run_all.parse_args(["--quick"])
-    assert args.quick and args.cases == ",".join("abco") and args.sizes == "mini,base"
+    assert args.quick and args.engines and args.cases == "b" and args.sizes == "mini"
+    longer = run_all.parse_args(["--quick", "--cases", "a,b,c,o"])
+    assert not longer.engines and longer.sizes == "mini,base"
+    assert run_all.parse_args(["--quick", "--cases", "b", "--engines"]).engines
     full = run_all.parse_args([])
-    assert full.cases == ",".join(run_all.ALL_CASES) and "tiny" in full.sizes
+    assert full.cases == ",".join(run_all.ALL_CASES) and "tiny" in full.sizes and not full.engines
     explicit = run_all.parse_args(["--quick", "--cases", "a", "--sizes", "mini", "--threads", "2"])
     assert (explicit.cases, explicit.sizes, explicit.threads) == ("a", "mini", 2)
 
