@@ -59,7 +59,7 @@ import bench_common as C  # noqa: E402
 RESULTS = HERE / "results"
 BATCH_SIZE = 32
 PLAN = {"minilm": {"rounds": 20, "quick_rounds": 3}, "base": {"rounds": 6, "quick_rounds": 2}}
-LEVER_PLAN = {"minilm": 16, "base": 5}  # rounds per size for --levers
+LEVER_PLAN = {"minilm": 12, "base": 3}  # rounds per size for --levers
 FP32_TOLERANCE = 1e-4
 ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp32",
            "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
@@ -68,7 +68,9 @@ LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32
           "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8"}
 # The levers --levers alternates against the defaults: name -> KernelOptions changes.
 LEVERS = {"packed_weights=mkl": {"packed_weights": "mkl"}, "packed_weights=onednn": {"packed_weights": "onednn"},
-          "onednn_linear=inference": {"onednn_linear": "inference"}}
+          "onednn_linear=inference": {"onednn_linear": "inference"},
+          "attention_bucket=16": {"attention_bucket": 16}, "attention_bucket=32": {"attention_bucket": 32},
+          "packed_weights=onednn,attention_bucket=16": {"packed_weights": "onednn", "attention_bucket": 16}}
 QUICK_TOLERANCE = 0.85  # a quick ratio under this share of the class table's is flagged
 
 

@@ -79,6 +79,9 @@ class KernelOptions:
     # Levers under measurement (issue 28), off until benchmarks/bench_engines.py --levers shows a
     # class where they win: weights packed once for the GEMM library in fp32 inference.
     packed_weights: str = "none"
+    # With packed attention, sequences grouped by length rounded up to a multiple of this and each
+    # group run as one masked attention call (0: one call per sequence; causal models always are).
+    attention_bucket: int = 0
 
     def __post_init__(self):
         for option, modes in (("unpad", UNPAD_MODES), ("onednn_linear", ONEDNN_MODES),
@@ -86,6 +89,9 @@ class KernelOptions:
             if getattr(self, option) not in modes:
                 raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, "
                                    f"not {getattr(self, option)!r}")
+        if self.attention_bucket < 0:
+            raise BertkitError(f"speed option attention_bucket must be 0 (off) or a positive length, "
+                               f"not {self.attention_bucket}")
         if self.packed_weights == "mkl" and not (torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")):
             raise BertkitError("speed option packed_weights=mkl needs torch built with MKL (this one is not)")
         if self.packed_weights == "onednn" and not torch.backends.mkldnn.is_available():

@@ -1,6 +1,7 @@
-"""The packed-weight levers (KernelOptions.packed_weights, kernels/packed.py): the same numbers as
-the Linear's usual route (fp32 within 1e-5), MKL's pack usable at every row count, the pack remade
-when the weights change, and the usual route wherever packing does not apply (gradients)."""
+"""The inference levers of issue 28: packed weights (KernelOptions.packed_weights, kernels/packed.py)
+and attention by length bucket (attention_bucket, kernels/attention.py): each within 1e-5 of the
+path it replaces (fp32), MKL's pack usable at every row count, the pack remade when the weights
+change, the usual Linear wherever packing does not apply (gradients), gradients through buckets."""
 
 import pytest
 import torch
@@ -103,3 +104,28 @@ def test_packed_weights_values_are_checked():
     with pytest.raises(BertkitError, match="packed_weights must be one of none, mkl, onednn"):
         KernelOptions(packed_weights="blas")
     assert kernels.options.replace(packed_weights="none").packed_weights == "none"
+
+
+@pytest.mark.parametrize("bucket", [1, 16, 64])
+def test_bucketed_attention_matches_per_sequence_attention(bucket):
+    """Sequences grouped by rounded length, one masked call per group: within 1e-5 of one call per
+    sequence, in inference and in the gradients."""
+    base = kernels.options.replace(unpad="always", unpad_multiple=8)
+    model = small_model(base)
+    batch = padded_batch([40, 3, 17, 29, 1, 40, 8, 18, 33])
+    real = batch["attention_mask"].bool()
+    outputs, grads = [], []
+    for options in (base, base.replace(attention_bucket=bucket)):
+        model.hold_kernels(options)
+        model.zero_grad()
+        out = model(**batch).last_hidden_state
+        out[real].pow(2).sum().backward()
+        outputs.append(out.detach())
+        grads.append(model.encoder.layer[0].attention.self.query.weight.grad.clone())
+    assert float((outputs[0][real] - outputs[1][real]).abs().max()) <= 1e-5
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+
+
+def test_attention_bucket_is_checked():
+    with pytest.raises(BertkitError, match="attention_bucket must be 0"):
+        KernelOptions(attention_bucket=-1)
