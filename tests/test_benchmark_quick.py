@@ -61,3 +61,61 @@ def test_committed_tables_record_their_class(cls):
     """Every committed class table says which class (and any emulation) it was measured on."""
     machine = json.loads((BENCHMARKS / "results" / cls / "results.json").read_text())["machine"]
     assert machine["cpu_class"] == cls
+
+
+# ---------------------------------------------------------------- benchmarks/bench_engines.py
+
+
+def _engines_result(cls, ratios: dict[str, float], date="then"):
+    """A bench_engines result with bertkit at 10 seq/s and each other engine at 10 / ratio."""
+    import bench_engines
+
+    engines = {"bertkit_fp32": {"seq_per_s": 10.0}, "bertkit_int8": {"seq_per_s": 12.0}}
+    for name, ratio in ratios.items():
+        engines[name] = {"seq_per_s": (12.0 if name.endswith("int8") else 10.0) / ratio}
+    for name, e in engines.items():
+        precision = name.rsplit("_", 1)[1]
+        ours = engines[f"bertkit_{precision}"]["seq_per_s"]
+        e.update(label=bench_engines.LABELS[name], precision=precision, bertkit_speedup=ours / e["seq_per_s"],
+                 bertkit_speedup_paired=ours / e["seq_per_s"],
+                 check=None if name == "bertkit_fp32" else {"max_abs_diff": 1e-6, "mean_cosine": 1.0,
+                                                            **({"within_tolerance": True} if precision == "fp32" else {})})
+    verdict = {}
+    for precision in ("fp32", "int8"):
+        others = {n: e for n, e in engines.items() if e["precision"] == precision and not n.startswith("bertkit")}
+        fastest = max(others, key=lambda n: others[n]["seq_per_s"])
+        verdict[precision] = {"fastest_other": fastest, "bertkit_vs_fastest": others[fastest]["bertkit_speedup"],
+                              "bertkit_vs_fastest_paired": others[fastest]["bertkit_speedup_paired"]}
+    return {"machine": {"cpu": "Some CPU", "cpu_class": cls, "logical_cpus": 2, "isa": ["avx2"], "torch": "2.13",
+                        "load_average_at_start": [0.1]}, "command": "bench_engines.py", "date": date, "minutes": 1,
+            "quick": False, "threads": 2, "versions": {"ctranslate2": "4"}, "load_average_at_end": [0.1],
+            "rows": [{"size": "minilm", "engines": engines, "verdict": verdict}], "levers": []}
+
+
+def test_engines_arguments_sizes_and_the_reference_engine():
+    import bench_engines
+
+    quick = bench_engines.parse_args(["--quick", "--engines", "ctranslate2_fp32"])
+    assert quick.sizes == ["minilm"] and quick.engines == ["bertkit_fp32", "ctranslate2_fp32"]
+    assert bench_engines.parse_args([]).sizes == ["minilm", "base"]
+    with pytest.raises(SystemExit):
+        bench_engines.parse_args(["--engines", "tensorrt_fp32"])
+
+
+def test_engines_report_names_the_fastest_engine_per_precision(tmp_path):
+    import bench_engines
+
+    result = _engines_result("avx2", {"onnxruntime_fp32": 1.3, "ctranslate2_fp32": 0.8, "ctranslate2_int8": 0.9})
+    text = bench_engines.markdown(result)
+    assert "| minilm | fp32 | CTranslate2 fp32 | 0.80x / 0.80x |" in text
+    assert "| minilm | int8 | CTranslate2 int8 | 0.90x / 0.90x |" in text
+    assert "| all-MiniLM-L6-v2 (real weights) | 10 | 7.69 | **12.5** | 12 | **13.3** |" in text  # fastest in bold
+    table = tmp_path / "engines.json"
+    table.write_text(json.dumps(_engines_result("avx2", {"onnxruntime_fp32": 1.3, "ctranslate2_fp32": 1.1,
+                                                         "ctranslate2_int8": 1.0})))
+    lines = [line for line in bench_engines.compare_with_table(result, table).splitlines() if line.startswith("| minilm")]
+    assert len(lines) == 3
+    assert "slower than the table" not in lines[0] and "1.00" in lines[0]  # ONNX Runtime: as in the table
+    assert "slower than the table" in lines[1]  # CTranslate2 fp32: 0.80x against 1.10x
+    missing = bench_engines.compare_with_table(result, tmp_path / "none.json")
+    assert "No engines table for CPU class avx2" in missing
