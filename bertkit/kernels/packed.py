@@ -42,15 +42,17 @@ def _pack(mode: str, weight: torch.Tensor) -> torch.Tensor:
 def packed_weights(holder: torch.nn.Module, mode: str, weights: tuple[torch.Tensor, ...],
                    biases: tuple[torch.Tensor | None, ...]):
     """(pack, weight, bias) for these weights (concatenated when several: query, key and value),
-    made once and kept on `holder` until a weight changes or the mode does."""
-    key = (mode, tuple((w.data_ptr(), w._version) for w in weights),
+    made once per mode and kept on `holder` until a weight changes."""
+    key = (tuple((w.data_ptr(), w._version) for w in weights),
            tuple(None if b is None else (b.data_ptr(), b._version) for b in biases))
-    cached = holder.__dict__.get("_packed_weights")
+    # One pack per mode (a model switched between modes keeps both); not a parameter or buffer:
+    # never in a state dict.
+    packs = holder.__dict__.setdefault("_packed_weights", {})
+    cached = packs.get(mode)
     if cached is None or cached[0] != key:
         weight = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().float().contiguous()
         bias = None if biases[0] is None else (biases[0] if len(biases) == 1 else torch.cat(biases)).detach()
-        cached = (key, _pack(mode, weight), weight, bias)
-        holder.__dict__["_packed_weights"] = cached  # not a parameter or buffer: never in a state dict
+        packs[mode] = cached = (key, _pack(mode, weight), weight, bias)
     return cached[1:]
 
 
