@@ -59,7 +59,7 @@ import bench_common as C  # noqa: E402
 RESULTS = HERE / "results"
 BATCH_SIZE = 32
 PLAN = {"minilm": {"rounds": 20, "quick_rounds": 3}, "base": {"rounds": 6, "quick_rounds": 2}}
-LEVER_PLAN = {"minilm": 12, "base": 3}  # rounds per size for --levers
+LEVER_PLAN = {"minilm": 10, "base": 2}  # rounds per size for --levers (~3 min on 2 cores)
 FP32_TOLERANCE = 1e-4
 ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp32",
            "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
@@ -312,7 +312,7 @@ def run_levers(size: str, args, log) -> list[dict]:
     runners = {name: bertkit_runners_fp32(ours, options) for name, options in variants.items()}
     reference = runners["defaults"](batches[0])
     diffs = {name: float((run(batches[0]) - reference)[batches[0].real].abs().max()) for name, run in runners.items()}
-    times = time_alternated(runners, batches, warmup=1, rounds=rounds)
+    times = time_alternated(runners, batches, warmup=0, rounds=rounds)  # the check above warmed every variant
     base = times["defaults"]
     rows = []
     for name in LEVERS:
