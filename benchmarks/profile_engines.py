@@ -65,8 +65,11 @@ PERF_SYMBOLS = (
     ("GEMM", ("gemm", "mkl_blas", "dnnl", "brgemm", "inner_product", "[jit]", "fbgemm", "linear", "matmul",
               "sgemm", "libmkl")),
     ("threading (OpenMP)", ("libgomp", "libiomp", "omp", "sched_yield")),
-    ("Python / framework", ("libpython", "python3", "pybind", "c10::", "at::", "torch::", "dispatch",
-                            "_pyeval", "malloc", "free")),
+    # Python, pybind11 and torch's dispatch / autograd / tensor bookkeeping (not its kernels, at::native::*)
+    ("Python / framework", ("libpython", "libtorch_python", "pybind", "_pyeval", "torch::autograd", "torch::jit",
+                            "torch::profiler", "c10::dispatcher", "c10::impl::", "c10::operatorhandle", "dispatchkey",
+                            "c10::tensorimpl", "at::tensorbase", "c10::intrusive_ptr", "c10::ivalue", "malloc",
+                            "free")),
     ("layout / copies", ("memcpy", "memmove", "memset", "index_select", "index_copy", "copy", "cat")),
 )
 

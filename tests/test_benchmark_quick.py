@@ -119,3 +119,25 @@ def test_engines_report_names_the_fastest_engine_per_precision(tmp_path):
     assert "slower than the table" in lines[1]  # CTranslate2 fp32: 0.80x against 1.10x
     missing = bench_engines.compare_with_table(result, tmp_path / "none.json")
     assert "No engines table for CPU class avx2" in missing
+
+
+def test_profile_op_classes():
+    """profile_engines sorts torch ops and perf symbols of both engines into the same classes."""
+    import profile_engines as P
+
+    torch_ops = {"aten::addmm": "GEMM", "mkldnn::_linear_pointwise": "GEMM", "quantized::linear_dynamic": "GEMM",
+                 "aten::_scaled_dot_product_flash_attention_for_cpu": "attention", "aten::native_layer_norm": "LayerNorm",
+                 "aten::gelu": "GELU", "aten::index_select": "layout / copies", "aten::tanh": "other ops"}
+    for name, cls in torch_ops.items():
+        assert P.classify(name, P.TORCH_OPS) == cls, name
+    symbols = {"libtorch_cpu.so [.] mkl_blas_def_sgemm_kernel_0_zen": "GEMM",
+               "libctranslate2.so [.] ctranslate2::cpu::softmax<(ctranslate2::cpu::CpuIsa)2>": "attention",
+               "libctranslate2.so [.] ctranslate2::cpu::gelu<(ctranslate2::cpu::CpuIsa)2>": "GELU",
+               "libgomp.so.1 [.] 0x000000000001de62": "threading (OpenMP)",
+               "[JIT] tid 26874 [.] 0x00007fc072a754b4": "GEMM",
+               "libpython3.11.so.1.0 [.] _PyEval_EvalFrameDefault": "Python / framework",
+               "libc.so.6 [.] __memmove_avx_unaligned_erms": "layout / copies",
+               "libtorch_cpu.so [.] c10::impl::OperatorEntry::lookup": "Python / framework",
+               "libtorch_cpu.so [.] at::native::AVX2::VectorizedLoop2d<add_kernel>": "other ops"}
+    for name, cls in symbols.items():
+        assert P.classify(name, P.PERF_SYMBOLS) == cls, name
