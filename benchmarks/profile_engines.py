@@ -13,7 +13,9 @@ Two views, on the same variable-length batches of 32 (lengths 16-128), 2 threads
    wheels are built without its own profiler, `init_profiling` is not in their Python API): the
    samples per class, read off the symbol and library they land in (MKL / oneDNN / JIT-generated
    GEMM code, softmax / attention, layer norm, GELU, OpenMP threading, Python, other). Without
-   `perf` this view is left out, said so.
+   `perf` this view is left out, said so. perf samples threads while they are on a CPU: OpenMP
+   threads spinning at a barrier count (as "threading"), threads blocked in the kernel do not, so
+   this view shows where CPU time goes, the torch.profiler view where bertkit's wall time goes.
 
 Results: runs/profile/profile_<size>_<precision>.{md,json}, or --output.
 """
@@ -61,7 +63,7 @@ TORCH_OPS = (
 PERF_SYMBOLS = (
     ("attention", ("softmax", "attention", "flash")),
     ("LayerNorm", ("layer_norm", "layernorm")),
-    ("GELU", ("gelu",)),
+    ("GELU", ("gelu", "vec_erf<", "erff")),  # CTranslate2's GELU calls its vectorised erf
     ("GEMM", ("gemm", "mkl_blas", "dnnl", "brgemm", "inner_product", "[jit]", "fbgemm", "linear", "matmul",
               "sgemm", "libmkl")),
     ("threading (OpenMP)", ("libgomp", "libiomp", "omp", "sched_yield")),

@@ -133,6 +133,7 @@ def test_profile_op_classes():
     symbols = {"libtorch_cpu.so [.] mkl_blas_def_sgemm_kernel_0_zen": "GEMM",
                "libctranslate2.so [.] ctranslate2::cpu::softmax<(ctranslate2::cpu::CpuIsa)2>": "attention",
                "libctranslate2.so [.] ctranslate2::cpu::gelu<(ctranslate2::cpu::CpuIsa)2>": "GELU",
+               "libctranslate2.so [.] ctranslate2::cpu::vec_erf<(ctranslate2::cpu::CpuIsa)2>": "GELU",
                "libgomp.so.1 [.] 0x000000000001de62": "threading (OpenMP)",
                "[JIT] tid 26874 [.] 0x00007fc072a754b4": "GEMM",
                "libpython3.11.so.1.0 [.] _PyEval_EvalFrameDefault": "Python / framework",
