@@ -70,6 +70,7 @@ LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32
 LEVERS = {"packed_weights=mkl": {"packed_weights": "mkl"}, "packed_weights=onednn": {"packed_weights": "onednn"},
           "onednn_linear=inference": {"onednn_linear": "inference"},
           "attention_bucket=16": {"attention_bucket": 16}, "attention_bucket=32": {"attention_bucket": 32},
+          "attention=explicit": {"attention": "explicit"},
           "packed_weights=onednn,attention_bucket=16": {"packed_weights": "onednn", "attention_bucket": 16}}
 QUICK_TOLERANCE = 0.85  # a quick ratio under this share of the class table's is flagged
 
@@ -84,6 +85,9 @@ def parse_args(argv=None):
                         "compared with this CPU class's table")
     parser.add_argument("--levers", action="store_true", help="bertkit fp32 with each lever (KernelOptions) on "
                         "against the defaults, alternated batch by batch, instead of the engines")
+    parser.add_argument("--lever", action="append", default=None, metavar="OPTION=VALUE[,OPTION=VALUE]",
+                        help="with --levers: a set of KernelOptions changes to measure (repeatable; default: "
+                        + "; ".join(LEVERS) + ")")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per size (default per size)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>, "
@@ -97,9 +101,28 @@ def parse_args(argv=None):
         unknown = [v for v in values if v not in known]
         if unknown:
             parser.error(f"unknown {name}(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    args.lever_changes = LEVERS if not args.lever else {spec: lever_changes(spec, parser) for spec in args.lever}
     if "bertkit_fp32" not in args.engines:
         args.engines.insert(0, "bertkit_fp32")  # the reference every output is checked against
     return args
+
+
+def lever_changes(spec: str, parser) -> dict[str, str]:
+    """"packed_weights=onednn,attention_bucket=16" -> its changes, checked against KernelOptions."""
+    from bertkit.errors import BertkitError
+    from bertkit.kernels import KernelOptions
+
+    changes = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--lever {spec!r}: {item!r} is not OPTION=VALUE")
+        changes[name.strip()] = value.strip()
+    try:
+        KernelOptions().replace(source="--lever", **changes)
+    except BertkitError as err:
+        parser.error(str(err))
+    return changes
 
 
 # ---------------------------------------------------------------- models and inputs
@@ -308,14 +331,15 @@ def run_levers(size: str, args, log) -> list[dict]:
     # One model (one copy of the weights, one pack per packing mode) switched to each variant's
     # options before its batch: switching is a walk over the modules, the same for every variant.
     defaults = ours.kernels
-    variants = {"defaults": defaults, **{name: defaults.replace(**changes) for name, changes in LEVERS.items()}}
+    variants = {"defaults": defaults,
+                **{name: defaults.replace(**changes) for name, changes in args.lever_changes.items()}}
     runners = {name: bertkit_runners_fp32(ours, options) for name, options in variants.items()}
     reference = runners["defaults"](batches[0])
     diffs = {name: float((run(batches[0]) - reference)[batches[0].real].abs().max()) for name, run in runners.items()}
     times = time_alternated(runners, batches, warmup=0, rounds=rounds)  # the check above warmed every variant
     base = times["defaults"]
     rows = []
-    for name in LEVERS:
+    for name in args.lever_changes:
         t = times[name]
         row = {"size": size, "lever": name, "defaults": defaults.__dict__.copy(), "rounds": rounds,
                "gain": statistics.median(base) / statistics.median(t),  # > 1: the lever is faster

@@ -100,6 +100,13 @@ def test_engines_arguments_sizes_and_the_reference_engine():
     assert bench_engines.parse_args([]).sizes == ["minilm", "base"]
     with pytest.raises(SystemExit):
         bench_engines.parse_args(["--engines", "tensorrt_fp32"])
+    levers = bench_engines.parse_args(["--levers", "--lever", "packed_weights=mkl,attention_bucket=16"])
+    assert levers.lever_changes == {"packed_weights=mkl,attention_bucket=16": {"packed_weights": "mkl",
+                                                                              "attention_bucket": "16"}}
+    assert bench_engines.parse_args(["--levers"]).lever_changes == bench_engines.LEVERS
+    for bad in ("packed_weights=blas", "no_such_option=1", "packed_weights"):
+        with pytest.raises(SystemExit):
+            bench_engines.parse_args(["--levers", "--lever", bad])
 
 
 def test_engines_report_names_the_fastest_engine_per_precision(tmp_path):
