@@ -59,7 +59,7 @@ import bench_common as C  # noqa: E402
 RESULTS = HERE / "results"
 BATCH_SIZE = 32
 PLAN = {"minilm": {"rounds": 20, "quick_rounds": 3}, "base": {"rounds": 6, "quick_rounds": 2}}
-LEVER_PLAN = {"minilm": 10, "base": 2}  # rounds per size for --levers (~3 min on 2 cores)
+LEVER_PLAN = {"minilm": 8, "base": 2}  # rounds per size for --levers (~3 min on 2 cores)
 FP32_TOLERANCE = 1e-4
 ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp32",
            "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
