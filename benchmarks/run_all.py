@@ -12,16 +12,22 @@ Cases (--cases, default all):
 
 Results are kept per CPU class (`bertkit.device.cpu_features().cpu_class`: avx2, avx512,
 avx512-bf16), in benchmarks/results/<class>/results.{md,json}, each recording the machine, its
-flags and any instruction-set caps it was emulated under. `--quick` (under 10 minutes on 2 cores)
-measures the main cases with few rounds into runs/bench-quick and compares each speed-up with
-the table of this machine's class.
+flags and any instruction-set caps it was emulated under.
+
+`--quick` tells, in about a minute, where this machine stands: its CPU class, its matmul peak
+against the one in its class's table, bertkit's inference against transformers (case b, mini)
+and bertkit against ONNX Runtime and CTranslate2 on all-MiniLM-L6-v2 (benchmarks/bench_engines.py,
+a few rounds; needs `pip install -e .[bench]`, left out with a note otherwise), each ratio next to
+the committed table of this CPU class. `--quick --cases a,b,c,o` is the longer quick run (under
+10 minutes on 2 cores) of the main cases with few rounds. Both write into runs/bench-quick.
 
 Model timings alternate bertkit and transformers in one process, with the same config, weights,
 inputs and optimizer (fused AdamW, transformers Trainer's default), and report medians after
 warm-up. FLOP/s count the useful work of each case (see bench_common), the same for both
 frameworks, against the matmul peak measured in the same run.
 
-    nice -n 5 .venv/bin/python benchmarks/run_all.py --quick          # a few minutes, runs/bench-quick
+    nice -n 5 .venv/bin/python benchmarks/run_all.py --quick          # about a minute, runs/bench-quick
+    nice -n 5 .venv/bin/python benchmarks/run_all.py --quick --cases a,b,c,o   # under 10 minutes
     .venv/bin/python benchmarks/run_all.py                             # the committed results
     .venv/bin/python benchmarks/run_all.py --cases a,d --sizes base
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
@@ -46,7 +52,9 @@ import torch  # noqa: E402
 import bench_common as C  # noqa: E402
 
 ALL_CASES = "abcdefgo"
-QUICK_CASES = "abco"
+QUICK_CASES = "b"  # with the engines check: about a minute
+QUICK_SIZES = "mini"
+QUICK_ENGINES = "bertkit_fp32,onnxruntime_fp32,ctranslate2_fp32,bertkit_int8,ctranslate2_int8"
 GOALS = {  # issue 17, on every CPU class, default settings: (case, size) -> speed-up wanted
     ("a", "tiny"): 2.0, ("a", "mini"): 2.5, ("a", "base"): 1.3,
     ("b", "mini"): 2.0, ("b", "base"): 2.0,
@@ -61,7 +69,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--cases", default=None, help=f"comma-separated letters (default all; with --quick "
-                        f"{','.join(QUICK_CASES)})")
+                        f"{','.join(QUICK_CASES)} and the engines check)")
     parser.add_argument("--sizes", default=None, help="model sizes for (a) (default tiny,mini,small,base; with "
                         "--quick mini,base); (b), (c), (g), (o) use the ones of mini and base among them; (o) also takes minilm, "
                         "the real all-MiniLM-L6-v2 weights (--cases o --sizes minilm)")
@@ -79,13 +87,18 @@ def parse_args(argv=None):
     parser.add_argument("--memory-batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-nice", action="store_true", help="do not lower this process's priority")
+    parser.add_argument("--engines", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --quick: bertkit against ONNX Runtime and CTranslate2 on all-MiniLM-L6-v2, a few rounds "
+                        "(default: on when --cases is not given)")
     parser.add_argument("--update", action="store_true", help="rerun only --cases and replace their rows in the "
                         "results.json already in --output (the other rows are kept, with their own date)")
     args = parser.parse_args(argv)
+    if args.engines is None:
+        args.engines = args.quick and args.cases is None
     if args.cases is None:
         args.cases = ",".join(QUICK_CASES if args.quick else ALL_CASES)
     if args.sizes is None:
-        args.sizes = "mini,base" if args.quick else "tiny,mini,small,base"
+        args.sizes = (QUICK_SIZES if args.engines else "mini,base") if args.quick else "tiny,mini,small,base"
     return args
 
 
@@ -118,7 +131,7 @@ def main(argv=None) -> int:
     print(f"machine: {machine['cpu']}, {machine['logical_cpus']} CPUs, torch {machine['torch']}, "
           f"transformers {machine['transformers']}, {machine['torch_threads']} threads, load {machine['load_average_at_start']}",
           flush=True)
-    peak = C.matmul_peak()
+    peak = C.matmul_peak(*((1024, 3) if args.engines else ()))
     print(f"matmul peak GFLOP/s: {peak}", flush=True)
     results = {"machine": machine, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
                "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick,
@@ -169,7 +182,8 @@ def main(argv=None) -> int:
                 for precision in precisions:
                     results["levers"] += M.lever_case(size, precision, args.quick, log)
 
-    end_peak = C.matmul_peak()
+    engines = engines_check(args.threads or 2, log) if args.engines else None
+    end_peak = C.matmul_peak(*((1024, 3) if args.engines else ()))
     results["matmul_peak_gflops_end"] = end_peak
     results["matmul_peak_gflops"] = {k: max(v, end_peak.get(k, 0.0)) for k, v in peak.items()}
     results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -184,7 +198,59 @@ def main(argv=None) -> int:
     print(f"wrote {out / 'results.md'} and {out / 'results.json'}")
     if args.quick:
         print(compare_with_table(results, table / "results.json"))
+        print(peak_against_table(results, table / "results.json"))
+    if engines is not None:
+        print(engines_report(engines, out, table))
     return 0
+
+
+def engines_check(threads: int, log) -> dict | str:
+    """bench_engines' quick run on all-MiniLM-L6-v2 (a few engines, 2 rounds), or why it cannot run."""
+    import bench_engines as E
+
+    missing = [m for m in ("onnxruntime", "ctranslate2", "onnx") if not _importable(m)]
+    if missing:
+        return f"engines check left out: {', '.join(missing)} not installed (pip install -e .[bench])"
+    argv = ["--quick", "--sizes", "minilm", "--engines", QUICK_ENGINES, "--rounds", "2", "--threads", str(threads)]
+    args = E.parse_args(argv)
+    torch.set_num_threads(threads)  # every engine gets the same number
+    results = {"machine": C.machine_description(), "command": "run_all.py --quick: bench_engines.py " + " ".join(argv),
+               "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": True, "threads": threads,
+               "versions": E.engine_versions(), "levers": []}
+    started = time.time()
+    results["rows"] = [E.run_size("minilm", args, log)]
+    results["minutes"] = round((time.time() - started) / 60, 1)
+    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return results
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def engines_report(engines: dict | str, out: Path, table: Path) -> str:
+    import bench_engines as E
+
+    if isinstance(engines, str):
+        return engines + "\n"
+    (out / "engines.json").write_text(json.dumps(engines, indent=1, default=float) + "\n")
+    (out / "engines.md").write_text(E.markdown(engines))
+    return E.compare_with_table(engines, table / "engines.json")
+
+
+def peak_against_table(results: dict, table_file: Path) -> str:
+    """This machine's matmul peak against the one its class's table was measured at."""
+    if not table_file.is_file():
+        return ""
+    table = json.loads(table_file.read_text())
+    lines = []
+    for kind in ("fp32_default", "fp32_onednn"):
+        mine, theirs = results["matmul_peak_gflops"].get(kind), table.get("matmul_peak_gflops", {}).get(kind)
+        if mine and theirs:
+            lines.append(f"matmul peak {kind}: {mine:.0f} GFLOP/s here, {theirs:.0f} in the table ({mine / theirs:.2f}x)")
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def row_key(row: dict) -> tuple:
@@ -261,7 +327,7 @@ def markdown(results: dict) -> str:
              f"Python {m['python']}. Load average at start {m['load_average_at_start']}, at end "
              f"{results['load_average_at_end']} (the machine is shared: absolute numbers move with the load, "
              "ratios much less: both frameworks alternate step by step).", "",
-             f"Measured matmul peak (2048^3 GEMM, best of start and end of the run): fp32 default (MKL) "
+             f"Measured matmul peak (a square GEMM: 2048^3, 1024^3 in the one-minute quick check; best of start and end of the run): fp32 default (MKL) "
              f"{peak.get('fp32_default', 0):.0f} GFLOP/s, fp32 oneDNN {peak.get('fp32_onednn', 0):.0f}, "
              f"bf16 {peak.get('bf16', 0):.0f}.", ""]
     if m.get("emulation"):

@@ -13,11 +13,14 @@ sys.path.insert(0, str(BENCHMARKS))
 import run_all  # noqa: E402
 
 
-def test_quick_mode_defaults_to_the_main_cases_at_mini_and_base():
+def test_quick_mode_is_the_one_minute_check_unless_cases_are_given():
     args = run_all.parse_args(["--quick"])
-    assert args.quick and args.cases == ",".join("abco") and args.sizes == "mini,base"
+    assert args.quick and args.engines and args.cases == "b" and args.sizes == "mini"
+    longer = run_all.parse_args(["--quick", "--cases", "a,b,c,o"])
+    assert not longer.engines and longer.sizes == "mini,base"
+    assert run_all.parse_args(["--quick", "--cases", "b", "--engines"]).engines
     full = run_all.parse_args([])
-    assert full.cases == ",".join(run_all.ALL_CASES) and "tiny" in full.sizes
+    assert full.cases == ",".join(run_all.ALL_CASES) and "tiny" in full.sizes and not full.engines
     explicit = run_all.parse_args(["--quick", "--cases", "a", "--sizes", "mini", "--threads", "2"])
     assert (explicit.cases, explicit.sizes, explicit.threads) == ("a", "mini", 2)
 
@@ -58,3 +61,91 @@ def test_committed_tables_record_their_class(cls):
     """Every committed class table says which class (and any emulation) it was measured on."""
     machine = json.loads((BENCHMARKS / "results" / cls / "results.json").read_text())["machine"]
     assert machine["cpu_class"] == cls
+
+
+# ---------------------------------------------------------------- benchmarks/bench_engines.py
+
+
+def _engines_result(cls, ratios: dict[str, float], date="then"):
+    """A bench_engines result with bertkit at 10 seq/s and each other engine at 10 / ratio."""
+    import bench_engines
+
+    engines = {"bertkit_fp32": {"seq_per_s": 10.0}, "bertkit_int8": {"seq_per_s": 12.0}}
+    for name, ratio in ratios.items():
+        engines[name] = {"seq_per_s": (12.0 if name.endswith("int8") else 10.0) / ratio}
+    for name, e in engines.items():
+        precision = name.rsplit("_", 1)[1]
+        ours = engines[f"bertkit_{precision}"]["seq_per_s"]
+        e.update(label=bench_engines.LABELS[name], precision=precision, bertkit_speedup=ours / e["seq_per_s"],
+                 bertkit_speedup_paired=ours / e["seq_per_s"],
+                 check=None if name == "bertkit_fp32" else {"max_abs_diff": 1e-6, "mean_cosine": 1.0,
+                                                            **({"within_tolerance": True} if precision == "fp32" else {})})
+    verdict = {}
+    for precision in ("fp32", "int8"):
+        others = {n: e for n, e in engines.items() if e["precision"] == precision and not n.startswith("bertkit")}
+        fastest = max(others, key=lambda n: others[n]["seq_per_s"])
+        verdict[precision] = {"fastest_other": fastest, "bertkit_vs_fastest": others[fastest]["bertkit_speedup"],
+                              "bertkit_vs_fastest_paired": others[fastest]["bertkit_speedup_paired"]}
+    return {"machine": {"cpu": "Some CPU", "cpu_class": cls, "logical_cpus": 2, "isa": ["avx2"], "torch": "2.13",
+                        "load_average_at_start": [0.1]}, "command": "bench_engines.py", "date": date, "minutes": 1,
+            "quick": False, "threads": 2, "versions": {"ctranslate2": "4"}, "load_average_at_end": [0.1],
+            "rows": [{"size": "minilm", "engines": engines, "verdict": verdict}], "levers": []}
+
+
+def test_engines_arguments_sizes_and_the_reference_engine():
+    import bench_engines
+
+    quick = bench_engines.parse_args(["--quick", "--engines", "ctranslate2_fp32"])
+    assert quick.sizes == ["minilm"] and quick.engines == ["bertkit_fp32", "ctranslate2_fp32"]
+    assert bench_engines.parse_args([]).sizes == ["minilm", "base"]
+    with pytest.raises(SystemExit):
+        bench_engines.parse_args(["--engines", "tensorrt_fp32"])
+    levers = bench_engines.parse_args(["--levers", "--lever", "packed_weights=mkl,attention_bucket=16"])
+    assert levers.lever_changes == {"packed_weights=mkl,attention_bucket=16": {"packed_weights": "mkl",
+                                                                              "attention_bucket": "16"}}
+    assert bench_engines.parse_args(["--levers"]).lever_changes == bench_engines.LEVERS
+    for bad in ("packed_weights=blas", "no_such_option=1", "packed_weights"):
+        with pytest.raises(SystemExit):
+            bench_engines.parse_args(["--levers", "--lever", bad])
+
+
+def test_engines_report_names_the_fastest_engine_per_precision(tmp_path):
+    import bench_engines
+
+    result = _engines_result("avx2", {"onnxruntime_fp32": 1.3, "ctranslate2_fp32": 0.8, "ctranslate2_int8": 0.9})
+    text = bench_engines.markdown(result)
+    assert "| minilm | fp32 | CTranslate2 fp32 | 0.80x / 0.80x |" in text
+    assert "| minilm | int8 | CTranslate2 int8 | 0.90x / 0.90x |" in text
+    assert "| all-MiniLM-L6-v2 (real weights) | 10 | 7.69 | **12.5** | 12 | **13.3** |" in text  # fastest in bold
+    table = tmp_path / "engines.json"
+    table.write_text(json.dumps(_engines_result("avx2", {"onnxruntime_fp32": 1.3, "ctranslate2_fp32": 1.1,
+                                                         "ctranslate2_int8": 1.0})))
+    lines = [line for line in bench_engines.compare_with_table(result, table).splitlines() if line.startswith("| minilm")]
+    assert len(lines) == 3
+    assert "slower than the table" not in lines[0] and "1.00" in lines[0]  # ONNX Runtime: as in the table
+    assert "slower than the table" in lines[1]  # CTranslate2 fp32: 0.80x against 1.10x
+    missing = bench_engines.compare_with_table(result, tmp_path / "none.json")
+    assert "No engines table for CPU class avx2" in missing
+
+
+def test_profile_op_classes():
+    """profile_engines sorts torch ops and perf symbols of both engines into the same classes."""
+    import profile_engines as P
+
+    torch_ops = {"aten::addmm": "GEMM", "mkldnn::_linear_pointwise": "GEMM", "quantized::linear_dynamic": "GEMM",
+                 "aten::_scaled_dot_product_flash_attention_for_cpu": "attention", "aten::native_layer_norm": "LayerNorm",
+                 "aten::gelu": "GELU", "aten::index_select": "layout / copies", "aten::tanh": "other ops"}
+    for name, cls in torch_ops.items():
+        assert P.classify(name, P.TORCH_OPS) == cls, name
+    symbols = {"libtorch_cpu.so [.] mkl_blas_def_sgemm_kernel_0_zen": "GEMM",
+               "libctranslate2.so [.] ctranslate2::cpu::softmax<(ctranslate2::cpu::CpuIsa)2>": "attention",
+               "libctranslate2.so [.] ctranslate2::cpu::gelu<(ctranslate2::cpu::CpuIsa)2>": "GELU",
+               "libctranslate2.so [.] ctranslate2::cpu::vec_erf<(ctranslate2::cpu::CpuIsa)2>": "GELU",
+               "libgomp.so.1 [.] 0x000000000001de62": "threading (OpenMP)",
+               "[JIT] tid 26874 [.] 0x00007fc072a754b4": "GEMM",
+               "libpython3.11.so.1.0 [.] _PyEval_EvalFrameDefault": "Python / framework",
+               "libc.so.6 [.] __memmove_avx_unaligned_erms": "layout / copies",
+               "libtorch_cpu.so [.] c10::impl::OperatorEntry::lookup": "Python / framework",
+               "libtorch_cpu.so [.] at::native::AVX2::VectorizedLoop2d<add_kernel>": "other ops"}
+    for name, cls in symbols.items():
+        assert P.classify(name, P.PERF_SYMBOLS) == cls, name

@@ -12,6 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from ..device import cpu_features
 from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, exporting
+from .packed import packed_linear, packing_applies
 
 
 @functools.cache
@@ -126,9 +127,12 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 
 class Linear(HoldsKernelOptions, nn.Linear):
-    """nn.Linear (same parameters and names) computed by `linear` above with the options it holds."""
+    """nn.Linear (same parameters and names) computed by `linear` above with the options it holds
+    (in fp32 inference with `packed_weights`, from its weight packed once: kernels/packed.py)."""
 
     def forward(self, x):
+        if packing_applies(x, self.kernels):
+            return packed_linear(self, x, (self.weight,), (self.bias,), self.kernels)
         return linear(x, self.weight, self.bias, self.kernels)
 
 
@@ -136,6 +140,8 @@ def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     """act(layer(x)). For a bertkit Linear followed by the exact GELU, `linear_gelu` (one fused
     GEMM in inference); any other layer (an adapter, a quantised Linear) runs as it is."""
     if act is F.gelu and type(layer) is Linear:
+        if packing_applies(x, layer.kernels):
+            return packed_linear(layer, x, (layer.weight,), (layer.bias,), layer.kernels, gelu=True)
         return linear_gelu(x, layer.weight, layer.bias, layer.kernels)
     return act(layer(x))
 
@@ -165,6 +171,9 @@ def project_qkv(x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Mod
         return query(x)
     layers = (query, key, value)
     if options.fused_qkv and all(type(layer) is Linear for layer in layers):
+        if packing_applies(x, options):  # the (3H, H) pack is held by the query layer
+            return packed_linear(query, x, tuple(layer.weight for layer in layers),
+                                 tuple(layer.bias for layer in layers), options).chunk(3, -1)
         weight = torch.cat([layer.weight for layer in layers])  # (3H, H)
         bias = torch.cat([layer.bias for layer in layers])
         return linear(x, weight, bias, options).chunk(3, -1)  # (..., 3H) -> 3 x (..., H)

@@ -30,6 +30,9 @@ ONEDNN_MODES = ("training", "inference", "always", "never")
 # The attention implementations (model.ATTENTION_IMPLEMENTATIONS, the one registry): "auto" is SDPA,
 # or the written-out formula where torch's CPU SDPA is slow (kernels/attention.py).
 ATTENTION_MODES = ("auto", "sdpa", "explicit", "eager")
+# fp32 inference Linears with their weights packed once for a GEMM library (kernels/packed.py):
+# "mkl" (MKL's packed sgemm), "onednn" (oneDNN's blocked layout, the GELU as a post-op), "none".
+PACKED_WEIGHTS_MODES = ("none", "mkl", "onednn")
 # Options removed after measuring ~1.0x (fused_residual) and ~1.05x (grouped_attention) end to
 # end: still accepted, and ignored, until the next release.
 REMOVED_OPTIONS = ("fused_residual", "grouped_attention")
@@ -73,13 +76,26 @@ class KernelOptions:
     unpad_multiple: int = 64
     packed_attention: bool = True
     fused_gelu: bool = True
+    # Levers under measurement (issue 28), off until benchmarks/bench_engines.py --levers shows a
+    # class where they win: weights packed once for the GEMM library in fp32 inference.
+    packed_weights: str = "none"
+    # With packed attention, sequences grouped by length rounded up to a multiple of this and each
+    # group run as one masked attention call (0: one call per sequence; causal models always are).
+    attention_bucket: int = 0
 
     def __post_init__(self):
         for option, modes in (("unpad", UNPAD_MODES), ("onednn_linear", ONEDNN_MODES),
-                              ("attention", ATTENTION_MODES)):
+                              ("attention", ATTENTION_MODES), ("packed_weights", PACKED_WEIGHTS_MODES)):
             if getattr(self, option) not in modes:
                 raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, "
                                    f"not {getattr(self, option)!r}")
+        if self.attention_bucket < 0:
+            raise BertkitError(f"speed option attention_bucket must be 0 (off) or a positive length, "
+                               f"not {self.attention_bucket}")
+        if self.packed_weights == "mkl" and not (torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")):
+            raise BertkitError("speed option packed_weights=mkl needs torch built with MKL (this one is not)")
+        if self.packed_weights == "onednn" and not torch.backends.mkldnn.is_available():
+            raise BertkitError("speed option packed_weights=onednn needs torch built with oneDNN (this one is not)")
 
     def replace(self, source: str | None = None, **changes) -> KernelOptions:
         """A copy with `changes` (values may be strings, as in BERTKIT_SPEED_OPTIONS); an unknown

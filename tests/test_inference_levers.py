@@ -1,0 +1,131 @@
+"""The inference levers of issue 28: packed weights (KernelOptions.packed_weights, kernels/packed.py)
+and attention by length bucket (attention_bucket, kernels/attention.py): each within 1e-5 of the
+path it replaces (fp32), MKL's pack usable at every row count, the pack remade when the weights
+change, the usual Linear wherever packing does not apply (gradients), gradients through buckets."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertkit
+from bertkit import BertConfig, kernels
+from bertkit.errors import BertkitError
+from bertkit.kernels import KernelOptions
+
+has_mkl = torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")
+MODES = [pytest.param("mkl", marks=pytest.mark.skipif(not has_mkl, reason="torch built without MKL")),
+         pytest.param("onednn", marks=pytest.mark.skipif(not kernels.onednn_available(),
+                                                         reason="torch built without oneDNN"))]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def small_model(options: KernelOptions, seed=0):
+    torch.manual_seed(seed)
+    config = BertConfig.preset("mini", vocab_size=200, max_position_embeddings=64, num_hidden_layers=2)
+    model = bertkit.BertModel(config, kernels=options).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # trained-like weights: biases and LayerNorm away from their initial values
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def padded_batch(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(1, 200, (len(lengths), T), generator=g) * mask
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(T)[None] >= 5).long() * mask}
+
+
+@pytest.mark.skipif(not has_mkl, reason="torch built without MKL")
+@pytest.mark.parametrize("inputs, outputs", [(128, 512), (512, 128), (96, 384)])
+def test_mkl_pack_serves_every_row_count(inputs, outputs):
+    """torch's op uses a pack only for the row count it names; the pack itself must not depend on
+    it: the same bits as a pack made for that very count, and F.linear's numbers."""
+    g = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(outputs, inputs, generator=g), torch.randn(outputs, generator=g)
+    pack = torch.ops.mkl._mkl_reorder_linear_weight(weight, 64)
+    for rows in (1, 7, 64, 100, 640, 1999):
+        x = torch.randn(rows, inputs, generator=g)
+        own = torch.ops.mkl._mkl_linear(x, torch.ops.mkl._mkl_reorder_linear_weight(weight, rows), weight, bias, rows)
+        shared = torch.ops.mkl._mkl_linear(x, pack, weight, bias, rows)
+        assert torch.equal(shared, own), rows
+        torch.testing.assert_close(shared, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5 * inputs ** 0.5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("onednn_linear", ["never", "inference"])
+def test_packed_model_matches_the_plain_path(mode, onednn_linear):
+    """Unpadded and padded batches, fused QKV and GELU: within 1e-5 of the same model unpacked."""
+    base = kernels.options.replace(onednn_linear=onednn_linear, unpad="auto", unpad_multiple=8)
+    model = small_model(base)
+    batches = [padded_batch([40, 3, 17, 29, 1, 40, 8]), padded_batch([12, 12, 12])]
+    with torch.no_grad():
+        reference = [model(**b).last_hidden_state for b in batches]
+        model.hold_kernels(base.replace(packed_weights=mode))
+        packed = [model(**b).last_hidden_state for b in batches]
+    assert "_packed_weights" in model.encoder.layer[0].attention.self.query.__dict__  # the packed route ran
+    for b, ours, ref in zip(batches, packed, reference):
+        real = b["attention_mask"].bool()
+        assert float((ours[real] - ref[real]).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pack_is_remade_when_the_weights_change(mode):
+    model = small_model(kernels.options.replace(packed_weights=mode))
+    other = small_model(kernels.options, seed=1)
+    batch = padded_batch([20, 9, 33])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        model(**batch)  # packs the first weights
+        model.load_state_dict(other.state_dict())  # copies in place: new versions
+        ours, ref = model(**batch).last_hidden_state, other(**batch).last_hidden_state
+    assert float((ours[real] - ref[real]).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gradients_take_the_usual_route(mode):
+    model = small_model(kernels.options.replace(packed_weights=mode))
+    batch = padded_batch([20, 9, 33])
+    model(**batch).last_hidden_state.sum().backward()
+    assert model.encoder.layer[0].intermediate.dense.weight.grad is not None
+    assert "_packed_weights" not in model.encoder.layer[0].intermediate.dense.__dict__
+
+
+def test_packed_weights_values_are_checked():
+    with pytest.raises(BertkitError, match="packed_weights must be one of none, mkl, onednn"):
+        KernelOptions(packed_weights="blas")
+    assert kernels.options.replace(packed_weights="none").packed_weights == "none"
+
+
+@pytest.mark.parametrize("bucket", [1, 16, 64])
+def test_bucketed_attention_matches_per_sequence_attention(bucket):
+    """Sequences grouped by rounded length, one masked call per group: within 1e-5 of one call per
+    sequence, in inference and in the gradients."""
+    base = kernels.options.replace(unpad="always", unpad_multiple=8)
+    model = small_model(base)
+    batch = padded_batch([40, 3, 17, 29, 1, 40, 8, 18, 33])
+    real = batch["attention_mask"].bool()
+    outputs, grads = [], []
+    for options in (base, base.replace(attention_bucket=bucket)):
+        model.hold_kernels(options)
+        model.zero_grad()
+        out = model(**batch).last_hidden_state
+        out[real].pow(2).sum().backward()
+        outputs.append(out.detach())
+        grads.append(model.encoder.layer[0].attention.self.query.weight.grad.clone())
+    assert float((outputs[0][real] - outputs[1][real]).abs().max()) <= 1e-5
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-5)
+
+
+def test_attention_bucket_is_checked():
+    with pytest.raises(BertkitError, match="attention_bucket must be 0"):
+        KernelOptions(attention_bucket=-1)
