@@ -18,12 +18,7 @@ MODES = [pytest.param("mkl", marks=pytest.mark.skipif(not has_mkl, reason="torch
                                                          reason="torch built without oneDNN"))]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def small_model(options: KernelOptions, seed=0):

@@ -13,12 +13,7 @@ from bertkit import BertConfig, BertkitError, kernels
 from bertkit.heads import BertForMaskedLM, BertForPreTraining, BertForSequenceClassification
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny(**overrides) -> BertConfig:

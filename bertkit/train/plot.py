@@ -86,28 +86,14 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
         if not drawn:
             plt.close(fig)
             continue
-        ax.set_xlabel("optimizer step")
-        ax.set_title(f"{title or Path(run_dir).name}: {name[:-4].replace('_', ' ')}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        atomic_write(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-        plt.close(fig)
-        written.append(out / name)
+        written.append(_save(fig, ax, f"{title or Path(run_dir).name}: {name[:-4].replace('_', ' ')}", out / name))
     dev_keys = sorted({k for r in evals for k, v in r.items() if k not in NOT_DEV_METRICS and _is_number(v)})
     if dev_keys and not any("mlm_loss" in r for r in evals):
         fig, ax = plt.subplots(figsize=(6, 3.6))
         for key in dev_keys:
             xs, ys = zip(*[(r["step"], r[key]) for r in evals if _is_number(r.get(key))])
             ax.plot(xs, ys, marker="o", markersize=3, label=f"dev {key.replace('_', ' ')}")
-        ax.set_xlabel("optimizer step")
-        ax.set_title(f"{title or Path(run_dir).name}: dev metrics")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        atomic_write(out / DEV_FIGURE, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-        plt.close(fig)
-        written.append(out / DEV_FIGURE)
+        written.append(_save(fig, ax, f"{title or Path(run_dir).name}: dev metrics", out / DEV_FIGURE))
     name, series = WALL_CLOCK_FIGURE
     fig, ax = plt.subplots(figsize=(6, 3.6))
     drawn = 0
@@ -119,15 +105,24 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
             ax.plot(xs, ys, marker="o", markersize=3, label=label)
             drawn += 1
     if drawn:
-        ax.set_xlabel("wall-clock minutes")
-        ax.set_title(f"{title or Path(run_dir).name}: held-out accuracy")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        atomic_write(out / name, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-        written.append(out / name)
+        written.append(_save(fig, ax, f"{title or Path(run_dir).name}: held-out accuracy", out / name,
+                             xlabel="wall-clock minutes"))
     plt.close(fig)
     return written
+
+
+def _save(fig, ax, title: str, path: Path, xlabel: str = "optimizer step") -> Path:
+    """Label, lay out and write one figure atomically, then free it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
