@@ -34,14 +34,13 @@ from ..errors import BertkitError
 from ..heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from ..metrics.conll import evaluate_conll
 from ..metrics.glue import accuracy, pearson, spearman
-from ..outputs import write_json
 from . import runner, squad
 from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, sweep_options
 from .conll_data import ner_features
 from .glue import GlueTask, classification_predictions, glue_features
 from .multiple_choice import PAPER_DEFAULTS as PAPER_MC_DEFAULTS
 from .multiple_choice import choices, finetune_multiple_choice, multiple_choice_features
-from .ner import finetune_ner, predict_ner
+from .ner import NER_DEFAULTS, NerTask, predict_ner
 from .results import TaskResult
 from .runner import RunSettings, split_dev
 from .runs import config_text
@@ -181,19 +180,29 @@ TOKEN_DEFAULTS = Defaults(learning_rates=(5e-5, 3e-5, 2e-5), learning_rate=5e-5,
 def finetune_token_classification(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                                   tag_column: int | None = None, tokens_field: str = "tokens",
                                   tags_field: str = "tags", skip_bad_rows: bool = False,
-                                  max_train_examples: int | None = None, dev_fraction: float | None = None,
-                                  split_seed: int = 0, **options) -> TaskResult:
+                                  dev_fraction: float | None = None, split_seed: int = 0,
+                                  doc_context: bool = False, cased: bool | None = None, **options) -> TaskResult:
     """Fine-tune BertForTokenClassification on the user's CoNLL-style or JSON lines files, any tag
-    set, with ner.py's windows and sweep (`options` are finetune_ner's: learning_rates, epochs,
-    batch_sizes, seeds, max_seq_length, doc_context, cased, ...). Tags are trained as written (IOB1,
-    IOB2, IOBES, or a tag set without chunks); the best run is the one with the best dev chunk F1
-    (conlleval, which reads all three chunk schemes), or token accuracy for a tag set without chunks.
-    Without a dev file, `dev_fraction` of the training sentences (seeded by split_seed) is dev; with
-    neither, one run is trained and saved without selection.
-    Writes (with output_dir) what finetune_ner writes: model/, results.json, dev/test predictions,
-    metrics.jsonl."""
-    read = functools.partial(read_tagged_file, tag_column=tag_column, skip_bad_rows=skip_bad_rows,
-                             tokens_field=tokens_field, tags_field=tags_field)
+    set, as ner.py's task (its windows, conlleval, results.json) through the runner (`options` are
+    its RunSettings). Tags are trained as written (IOB1, IOB2, IOBES, or a tag set without chunks);
+    the best run is the one with the best dev chunk F1 (conlleval, which reads all three chunk
+    schemes), or token accuracy for a tag set without chunks. Without a dev file, `dev_fraction` of
+    the training sentences (seeded by split_seed) is dev; with neither, one run is trained and saved
+    without selection. Writes (with output_dir) what finetune_ner writes: model/, results.json,
+    dev/test predictions, metrics.jsonl."""
+    data = _tagging_data(train_file, dev_file, test_file, dev_fraction, split_seed, skip_bad_rows=skip_bad_rows,
+                         tag_column=tag_column, tokens_field=tokens_field, tags_field=tags_field)
+    select_on = "accuracy" if data["train"].scheme == "tags" else "f1"
+    task = NerTask(data=data, doc_context=doc_context, cased=cased, select_on=select_on, name="token-classification")
+    return runner.finetune(task, model_dir, output_dir,
+                           RunSettings.paper(NER_DEFAULTS, skip_bad_rows=skip_bad_rows, **options))
+
+
+def _tagging_data(train_file, dev_file, test_file, dev_fraction, split_seed, skip_bad_rows: bool, **columns) -> dict:
+    """The user's files as NER's splits ({"train", "valid"[, "test"]: ConllData}): dev and test tags
+    checked against the training file's, dev held out of train with `dev_fraction` (whole sentences,
+    as split_dev does for examples)."""
+    read = functools.partial(read_tagged_file, skip_bad_rows=skip_bad_rows, **columns)
     train, _ = read(train_file)
     known = {t for s in train.sentences for t in s.tags}
     if len(known) < 2:
@@ -202,7 +211,7 @@ def finetune_token_classification(model_dir, train_file, dev_file=None, output_d
     if dev_file is not None and dev_fraction:
         raise BertkitError("--dev-fraction holds out part of the training data when there is no dev file; "
                            "this run has one")
-    if dev_fraction:  # whole sentences out of the training file, as split_dev does for examples
+    if dev_fraction:
         for split, part, bad_rows in zip(("train", "valid"), split_dev(train.sentences, dev_fraction, split_seed),
                                          (train.bad_rows, 0)):
             data[split] = dataclasses.replace(train, sentences=list(part), bad_rows=bad_rows)
@@ -214,15 +223,7 @@ def finetune_token_classification(model_dir, train_file, dev_file=None, output_d
                 raise BertkitError("no sentences left to evaluate", path=checked.path)
             checked.scheme = train.scheme  # predictions are written in the training file's scheme
             data[split] = checked
-    select_on = "accuracy" if train.scheme == "tags" else "f1"
-    result = finetune_ner(model_dir, output_dir=output_dir, data=data, skip_bad_rows=skip_bad_rows,
-                          max_train_examples=max_train_examples, select_on=select_on, **options)
-    result.task, result.metric = "token-classification", select_on
-    result.document["task"] = "token-classification"
-    result.document["tag_scheme"]["file"] = train.scheme
-    if output_dir is not None:
-        write_json(Path(output_dir) / "results.json", result.document)
-    return result
+    return data
 
 
 # ---------------------------------------------------------------- multiple choice
@@ -309,7 +310,7 @@ class QuestionAnsweringTask(Task):
         return (f"SQuAD {'2.0' if self.is_v2 else '1.1'}, {len(splits.train)} train questions "
                 f"({len(self.windows)} windows) / {dev} dev questions")
 
-    def details(self, splits: Splits, train_features) -> dict:
+    def details(self, splits: Splits, features: dict, runtime) -> dict:
         return {**splits.details, "num_train_windows": len(self.windows),
                 "train_skipped_unrecoverable": len(self.windows.skipped_unrecoverable), **self.answering}
 

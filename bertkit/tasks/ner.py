@@ -20,33 +20,31 @@ predictions file (`bertkit evaluate conll`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import random
-import time
 from pathlib import Path
 from typing import Sequence
 
-import torch
-
 from .. import flags
-from ..inference.batching import FeatureSource, predict_batches
+from ..inference.batching import predict_batches
 from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
 from ..heads import BertForTokenClassification
 from ..hub.checkpoints import load_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
-from ..outputs import write_json
-from ..train import Phase, TrainArgs, fit
+from . import runner
 from .arguments import (FINETUNE_DROPOUT, MIN_SEQ_LENGTH, add_data_dir_argument, add_dropout_argument,
                         add_max_examples_arguments, add_overwrite_argument, add_resume_argument,
-                        check_finetune_output, dropout_overrides, parse_list)
+                        check_finetune_output, parse_list)
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import subsample
-from .results import TaskResult, publish_best_metrics, summarize
-from .runs import RunResult, grid, run_name
-from .sweep import DevTracker, run_sweep
-from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files, label_list, ner_features,
+from .results import TaskResult, summarize
+from .runner import RunSettings
+from .runs import RunResult
+from .task import Defaults, Runtime, Splits, Task
+from .conll_data import (TAG_SCHEMES, ConllData, Sentence, _group_by_document, detect_scheme, find_conll_files, label_list, ner_features,
                          read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
 from .ner_features import train_feature_based_ner
 
@@ -86,163 +84,155 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
     return [to_scheme(row, scheme) for row in predicted]
 
 
-def _limit(data: ConllData, n: int | None, seed: int | None = None) -> list[Sentence]:
+def _limit(sentences: Sequence[Sentence], n: int | None, seed: int | None = None) -> Sequence[Sentence]:
     """The first n sentences, or (with a seed) whole documents drawn in a seeded random order until
     n sentences, the last one cut, kept in file order: documents stay together for doc_context."""
-    if seed is None or n is None or n >= len(data.sentences):
-        return subsample(data.sentences, n, contiguous=True)
+    if seed is None or n is None or n >= len(sentences):
+        return subsample(sentences, n, contiguous=True)
     if n <= 0:
         raise BertkitError(f"the example limit must be positive, not {n}")
-    documents = data.documents()
+    documents = _group_by_document(sentences)
     random.Random(seed).shuffle(documents)
     keep: list[int] = []
     for document in documents:
         keep += document[: n - len(keep)]
         if len(keep) == n:
             break
-    return [data.sentences[i] for i in sorted(keep)]
+    return [sentences[i] for i in sorted(keep)]
 
 
-# ---------------------------------------------------------------- fine-tuning
+# ---------------------------------------------------------------- the task (run by tasks/runner.py)
 
-def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, output_dir: str | Path | None = None,
-                 learning_rates: Sequence[float] = (5e-5,), epochs: Sequence[float] = (3,),
-                 batch_sizes: Sequence[int] = (32,), seeds: Sequence[int] = (42,), max_seq_length: int = 128,
-                 doc_context: bool = False, precision: str = "auto", device: str = "auto",
-                 max_train_examples: int | None = None, max_eval_examples: int | None = None,
-                 tag_scheme: str = "file", cased: bool | None = None, warmup_ratio: float = 0.1,
-                 eval_batch_size: int = 64, skip_bad_rows: bool = False, progress: bool | None = None,
-                 data: dict[str, ConllData] | None = None, select_on: str = "f1", weight_decay: float = 0.01,
-                 logging_steps: int = 50, resume: bool = False, dropout: float | None = FINETUNE_DROPOUT,
-                 grad_accum: int = 1, early_stopping_patience: int | None = None,
-                 subset_seed: int | None = None) -> TaskResult:
+# The one run `bertkit finetune ner` makes without flags; the paper's grid is tasks/custom.py's TOKEN_DEFAULTS.
+NER_DEFAULTS = Defaults(learning_rates=(5e-5,), epochs=(3,), batch_sizes=(32,), max_seq_length=128,
+                        eval_batch_size=64, anchor="the paper's §5.3 fine-tuning approach")
+SPLIT_FILES = {"dev": "valid", "test": "test"}  # the runner's split names -> CoNLL's
+
+
+class NerTask(Task):
+    """Tagging CoNLL-style sentences (CoNLL-2003, or a user's files as `data`): first-piece labels, the
+    windows of conll_data.py, conlleval on dev and on a labelled test file (scored every run, not
+    selecting). results.json keeps NER's own layout (`document`)."""
+
+    HEAD = BertForTokenClassification
+    defaults = NER_DEFAULTS
+    phase = "ner"
+    evaluates_in_loop = False  # dev after each run (each epoch with early stopping), as before the runner
+
+    def __init__(self, data_dir=None, data: dict[str, ConllData] | None = None, *, doc_context: bool = False,
+                 tag_scheme: str = "file", cased: bool | None = None, select_on: str = "f1", name: str = "ner",
+                 subset_seed: int | None = None):
+        if tag_scheme not in TAG_SCHEMES:
+            raise BertkitError(f"tag_scheme must be one of {', '.join(TAG_SCHEMES)}, not {tag_scheme!r}")
+        self.data_dir, self.data, self.doc_context, self.tag_scheme = data_dir, data, doc_context, tag_scheme
+        self.cased, self.select_on, self.metric = cased, select_on, select_on
+        self.name = self.label = name
+        self.selection = f"best dev {select_on}"
+        self.labels: list[str] = []
+        self.subset_seed = subset_seed  # --max-train-examples draws whole documents by it (None: the first N)
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        if self.data is None:
+            self.data = {split: read_conll(path, skip_bad_rows) for split, path in find_conll_files(self.data_dir).items()}
+        sentences = {split: d.sentences for split, d in self.data.items()}
+        return Splits(sentences["train"], sentences.get("valid"),
+                      reported={"test": sentences["test"]} if "test" in sentences else {})
+
+    def limit(self, splits: Splits, max_train, max_eval, seed) -> Splits:
+        first = functools.partial(subsample, contiguous=True)  # whole documents stay together for doc_context
+        return dataclasses.replace(splits, train=_limit(splits.train, max_train, self.subset_seed),
+                                   dev=None if splits.dev is None else first(splits.dev, max_eval),
+                                   reported={k: first(v, max_eval) for k, v in splits.reported.items()})
+
+    @property
+    def converts_to_iob2(self) -> bool:
+        return self.tag_scheme == "iob2" and self.data["train"].scheme == "IOB1"
+
+    def encode(self, sentences, tokenizer, max_seq_length: int) -> list[dict]:
+        """Training windows; the tag set (the head's labels) is the training tags'."""
+        tags = [to_iob2(s.tags) if self.converts_to_iob2 else s.tags for s in sentences]
+        self.labels = label_list(tags)
+        training = [dataclasses.replace(s, tags=t) for s, t in zip(sentences, tags)]
+        features = ner_features(training, tokenizer, {t: i for i, t in enumerate(self.labels)}, max_seq_length,
+                                self.doc_context)
+        return [{k: f[k] for k in MODEL_KEYS if k in f} for f in features]
+
+    def eval_features(self, sentences, tokenizer, max_seq_length: int):
+        return ner_features(sentences, tokenizer, None, max_seq_length, self.doc_context)
+
+    def head_config(self) -> dict:
+        return dict(num_labels=len(self.labels), id2label=dict(enumerate(self.labels)))
+
+    def evaluate(self, model, sentences, features, runtime: Runtime, split: str):
+        predicted = predict_ner(model, runtime.tokenizer, sentences, runtime.max_seq_length, self.doc_context,
+                                runtime.eval_batch_size, scheme=self.data[SPLIT_FILES[split]].scheme,
+                                id2label=dict(enumerate(self.labels)), precision=runtime.precision,
+                                features=features)
+        scores = evaluate_conll([s.tags for s in sentences], predicted)
+        return (scores if split == "dev" else {split: scores}), predicted
+
+    def select(self, metrics: dict) -> float:
+        return metrics[self.select_on]
+
+    def identity(self, splits: Splits) -> dict:
+        return {"doc_context": self.doc_context, "labels": self.labels,
+                "eval_sentences": {SPLIT_FILES[k]: len(v) for k, v in splits.named().items() if k != "train"}}
+
+    def details(self, splits: Splits, features: dict, runtime: Runtime) -> dict:
+        file_scheme = self.data["train"].scheme
+        return {"files": {split: str(d.path) for split, d in self.data.items()},
+                "tag_scheme": {"file": file_scheme, "training": "IOB2" if self.converts_to_iob2 else file_scheme},
+                "labels": self.labels, "do_lower_case": runtime.tokenizer.do_lower_case,
+                "doc_context": self.doc_context, "precision": resolve_precision(runtime.precision, pick_device(runtime.device)),
+                "sentences": {SPLIT_FILES.get(k, k): len(v) for k, v in splits.named().items()},
+                "documents": {split: d.num_documents for split, d in self.data.items()},
+                "windows": {SPLIT_FILES.get(k, k): len(v) for k, v in features.items()},
+                "bad_rows": {split: d.bad_rows for split, d in self.data.items()}}
+
+    def result_metrics(self, metrics: dict) -> dict:
+        return {k: v for k, v in metrics.items() if k != "test"}
+
+    def document(self, best: RunResult, runs: list[RunResult], details: dict) -> dict:
+        """NER's results.json: conlleval's dev and test scores of the best run and of every run."""
+        def scores(run: RunResult) -> dict:
+            return {"dev": self.result_metrics(run.metrics) or None, "test": run.metrics.get("test")}
+
+        def flat(run: RunResult) -> RunResult:  # the summary's metrics: dev_f1, test_f1, ...
+            named = {f"{split}_{k}": v for split, r in scores(run).items() for k, v in (r or {}).items()
+                     if k in ("precision", "recall", "f1", "accuracy")}
+            return dataclasses.replace(run, metrics=named)
+
+        kept = {k: v for k, v in details.items() if k not in ("num_train_examples", "num_dev_examples", "skipped_rows")}
+        return {"task": self.name, **kept, "best": {"config": best.config, **scores(best)},
+                "runs": [{"config": r.config, "seconds": r.seconds, **scores(r)} for r in runs],
+                "summary": summarize([flat(r) for r in runs])}
+
+    def write_outputs(self, out: Path, model, outputs: dict, splits: Splits, runtime: Runtime) -> dict:
+        for split, file_name in (("dev", "dev_predictions.txt"), ("test", "test_predictions.txt")):
+            if split in outputs:
+                write_predictions(out / file_name, splits.named()[split], outputs[split])
+        return {}
+
+
+def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, output_dir: str | Path | None = None, *,
+                 doc_context: bool = False, tag_scheme: str = "file", cased: bool | None = None,
+                 data: dict[str, ConllData] | None = None, select_on: str = "f1", name: str = "ner",
+                 subset_seed: int | None = None, **options) -> TaskResult:
     """Fine-tune BertForTokenClassification on CoNLL-2003 over the grid lr x epochs x batch x seed,
     keep the best run on dev F1, score it (and every run) on dev and test with conlleval.
 
     `data` ({"train", "valid"[, "test"]: ConllData}) replaces the files of data_dir (a user's own
     files, bertkit.tasks.custom); `select_on` is the dev score that picks the best run ("f1", or
-    "accuracy" for a tag set without chunks). Writes to output_dir (when given): results.json,
-    dev_predictions.txt, test_predictions.txt, model/ (the best model in the Hugging Face layout,
-    id2label in config.json, with its tokenizer), runs/<name>/metrics.jsonl per run and the best
-    run's metrics.jsonl in output_dir. `max_train_examples` / `max_eval_examples` keep the first N
-    sentences; with `subset_seed`, the training ones are whole documents in that seed's random
-    order. The TaskResult's document is results.json. `grad_accum` micro-batches make each batch;
-    `early_stopping_patience` N scores dev every epoch and stops a run after N epochs without a
-    better score, keeping its best weights. Without a "valid" split (own data without dev): one run,
-    trained and saved without selection."""
-    if tag_scheme not in TAG_SCHEMES:
-        raise BertkitError(f"tag_scheme must be one of {', '.join(TAG_SCHEMES)}, not {tag_scheme!r}")
-    if data is None:
-        files = find_conll_files(data_dir)
-        data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
-    else:
-        files = {split: d.path for split, d in data.items()}
-    tokenizer = load_tokenizer(model_dir, cased)
-    train_sentences = _limit(data["train"], max_train_examples, subset_seed)
-    eval_sets = {split: _limit(data[split], max_eval_examples) for split in ("valid", "test") if split in data}
-    configs = grid(learning_rates, epochs, batch_sizes, seeds)
-    has_dev = "valid" in eval_sets
-    if not has_dev and (len(configs) > 1 or early_stopping_patience):
-        raise BertkitError("without dev data there is nothing to choose runs or stop on: give a dev file or "
-                           "--dev-fraction, or one learning rate, epoch count, batch size and seed")
-    uneven = [b for b in batch_sizes if b % grad_accum]
-    if uneven:
-        raise BertkitError(f"--batch-size {uneven[0]} is not a multiple of --grad-accum {grad_accum}")
-    file_scheme = data["train"].scheme
-    convert = tag_scheme == "iob2" and file_scheme == "IOB1"
-    train_tags = [to_iob2(s.tags) if convert else s.tags for s in train_sentences]
-    labels = label_list(train_tags)
-    label2id = {t: i for i, t in enumerate(labels)}
-    id2label = dict(enumerate(labels))
-    training_sentences = [dataclasses.replace(s, tags=t) for s, t in zip(train_sentences, train_tags)]
-    train_features = ner_features(training_sentences, tokenizer, label2id, max_seq_length, doc_context)
-    eval_features = {split: ner_features(sents, tokenizer, None, max_seq_length, doc_context)
-                     for split, sents in eval_sets.items()}
-    resolved_precision = resolve_precision(precision, pick_device(device))
-    out = Path(output_dir) if output_dir is not None else None
-
-    def evaluate_split(model, split):
-        sents = eval_sets[split]
-        predicted = predict_ner(model, tokenizer, sents, max_seq_length, doc_context, eval_batch_size,
-                                scheme=data[split].scheme, id2label=id2label, precision=resolved_precision,
-                                features=eval_features[split])
-        return evaluate_conll([s.tags for s in sents], predicted), predicted
-
-    def run_one(config: dict) -> RunResult:
-        name = run_name(config)
-        started = time.perf_counter()
-        torch.manual_seed(config["seed"])  # the new head's initialisation differs per restart
-        model = HEAD.from_pretrained(model_dir, num_labels=len(labels), id2label=id2label, **dropout_overrides(dropout))
-        source = FeatureSource(train_features, config["batch_size"] // grad_accum, seed=config["seed"],
-                               model_keys=MODEL_KEYS, pad_token_id=tokenizer.pad_token_id)
-        in_loop = {}
-        if early_stopping_patience:  # dev every epoch; the best epoch's weights are kept
-            tracker = DevTracker(lambda m: evaluate_split(m, "valid"), lambda scores: scores[select_on],
-                                 early_stopping_patience)
-            in_loop = dict(evaluate=tracker.in_loop, stop_after_eval=tracker.should_stop)
-        args = TrainArgs(output_dir=str(out / "runs" / name) if out else None, learning_rate=config["learning_rate"],
-                         warmup_ratio=warmup_ratio, weight_decay=weight_decay, precision=precision, device=device,
-                         seed=config["seed"], logging_steps=logging_steps, save_final_model=False, progress=progress,
-                         grad_accum=grad_accum,
-                         eval_steps=-(-source.num_batches(0) // grad_accum) if early_stopping_patience else 0)
-        train = fit(model, Phase(source, epochs=config["epochs"], name="ner"), args, **in_loop)
-        if early_stopping_patience:
-            tracker.finish(model)
-        scores, predictions = {}, {}
-        for split in eval_sets:
-            scores[split], predictions[split] = evaluate_split(model, split)
-        metrics = {f"{'dev' if split == 'valid' else split}_{k}": v for split, r in scores.items()
-                   for k, v in r.items() if k in ("precision", "recall", "f1", "accuracy")}
-        metrics["train_seq_per_s"] = train.sequences_per_second
-        log.info(f"ner {name}: " + (f"dev F1 {scores['valid']['f1']:.4f}" if has_dev else "trained (no dev data)")
-                 + (f", test F1 {scores['test']['f1']:.4f}" if "test" in scores else ""))  # one line per run
-        return RunResult(config, metrics, scores["valid"][select_on] if has_dev else 0.0, time.perf_counter() - started,
-                         artifacts={"model": model, "scores": scores, "predictions": predictions})
-
-    all_scores = []
-    identity = {"model": str(model_dir), "train_windows": len(train_features), "max_seq_length": max_seq_length,
-                "doc_context": doc_context, "labels": labels, "warmup_ratio": warmup_ratio, "weight_decay": weight_decay,
-                "dropout": dropout, "eval_sentences": {split: len(sents) for split, sents in eval_sets.items()}}
-    if grad_accum != 1:
-        identity["grad_accum"] = grad_accum
-    if early_stopping_patience:
-        identity["early_stopping_patience"] = early_stopping_patience
-    best, runs = run_sweep(configs, run_one, on_run=lambda r: all_scores.append(r.artifacts["scores"]),
-                           state_dir=out / "runs" if out else None, resume=resume,
-                           keep=lambda artifacts: {"scores": artifacts["scores"]}, identity=identity)
-    results = {
-        "task": "ner",
-        "model": str(model_dir),
-        "selection": f"best dev {select_on}" if has_dev else "none: no dev data, the one run is kept",
-        "files": {split: str(path) for split, path in files.items()},
-        "tag_scheme": {"file": file_scheme, "training": "IOB2" if convert else file_scheme},
-        "labels": labels,
-        "do_lower_case": tokenizer.do_lower_case,
-        "max_seq_length": max_seq_length,
-        "doc_context": doc_context,
-        "precision": resolved_precision,
-        "sentences": {"train": len(train_sentences), **{k: len(v) for k, v in eval_sets.items()}},
-        "documents": {split: d.num_documents for split, d in data.items()},
-        "windows": {"train": len(train_features), **{k: len(v) for k, v in eval_features.items()}},
-        "bad_rows": {split: d.bad_rows for split, d in data.items()},
-        "best": {"config": best.config, "dev": best.artifacts["scores"].get("valid"),
-                 "test": best.artifacts["scores"].get("test")},
-        "runs": [{"config": r.config, "seconds": r.seconds, "dev": s.get("valid"), "test": s.get("test")}
-                 for r, s in zip(runs, all_scores)],
-        "summary": summarize(runs),
-    }
-    result = TaskResult(task="ner", metric="f1", metrics=best.artifacts["scores"].get("valid", {}),
-                        run_metrics=[s.get("valid", {}) for s in all_scores], document=results)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        best.artifacts["model"].save_pretrained(out / "model", tokenizer=tokenizer)
-        publish_best_metrics(out / "runs", best, out)
-        for split, name in (("valid", "dev_predictions.txt"), ("test", "test_predictions.txt")):
-            if split in eval_sets:
-                write_predictions(out / name, eval_sets[split], best.artifacts["predictions"][split])
-        write_json(out / "results.json", results)
-        result.output_dir, result.model_dir = str(out), str(out / "model")
-    return result
+    "accuracy" for a tag set without chunks). `options` are the runner's RunSettings (default: one
+    run at lr 5e-5, 3 epochs, batch 32, max length 128; `max_train_examples` / `max_eval_examples`
+    keep the first N sentences; with `subset_seed`, the training ones are whole documents in that
+    seed's random order). Writes to output_dir (when given): results.json, dev_predictions.txt,
+    test_predictions.txt, model/ (the best model, id2label in config.json, with its tokenizer),
+    runs/<name>/metrics.jsonl per run and the best run's metrics.jsonl. Without a "valid" split: one
+    run, trained and saved without selection."""
+    task = NerTask(data_dir, data, doc_context=doc_context, tag_scheme=tag_scheme, cased=cased, select_on=select_on,
+                   name=name, subset_seed=subset_seed)
+    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(NER_DEFAULTS, **options))
 
 
 # ---------------------------------------------------------------- CLI: bertkit finetune ner / evaluate conll

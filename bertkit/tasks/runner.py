@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import BertkitError
-from ..hub.checkpoints import model_tokenizer
+from ..hub.checkpoints import load_tokenizer
 from ..outputs import write_json
 from .arguments import FINETUNE_DROPOUT, dropout_overrides
-from .examples import Examples, subsample
-from .results import TaskResult, publish_best_metrics, results_document
+from .examples import Examples
+from .results import TaskResult, publish_best_metrics
 from .runs import config_text, grid
 from .sweep import run_protocol, train_one
 from .task import Defaults, Runtime, Splits, Task
@@ -58,6 +58,7 @@ class RunSettings:
     early_stopping_patience: int | None = None
     dev_fraction: float | None = None  # without a dev split: hold out this fraction of train
     split_seed: int = 0
+    progress: bool | None = None  # the training progress bar (None: when stderr is a terminal)
 
     @classmethod
     def of(cls, **options) -> "RunSettings":
@@ -123,63 +124,94 @@ def finetune(task: Task, model_dir, output_dir=None, settings: RunSettings | Non
         raise BertkitError("no dev set: give a dev file or --dev-fraction to hold out part of the train file")
     if splits.dev is None and (len(configs) > 1 or s.early_stopping_patience):
         raise BertkitError(NO_DEV_TO_CHOOSE)
-    tokenizer = model_tokenizer(model_dir)
-    runtime = Runtime(tokenizer, s.eval_batch_size, s.precision, s.max_seq_length)
-    train = subsample(splits.train, s.max_train_examples, s.subset_seed)
-    dev = None if splits.dev is None else subsample(splits.dev, s.max_eval_examples, s.subset_seed)
-    used = dataclasses.replace(splits, train=train, dev=dev)
-    train_features = task.encode(train, tokenizer, s.max_seq_length)
-    dev_features = None if dev is None else task.eval_features(dev, tokenizer, s.max_seq_length)
-    reported = {name: task.eval_features(ex, tokenizer, s.max_seq_length) for name, ex in used.reported.items()}
+    tokenizer = load_tokenizer(model_dir, task.cased)
+    runtime = Runtime(tokenizer, s.eval_batch_size, s.precision, s.max_seq_length, s.device)
+    used = task.limit(splits, s.max_train_examples, s.max_eval_examples, s.subset_seed)
+    features = encode_splits(task, used, tokenizer, s.max_seq_length)
+    log.info(f"{task.label}: {task.describe(used, features['train'])}, {len(configs)} run(s) (grid x seeds), "
+             f"max length {s.max_seq_length}" + ("" if used.dev is not None else "; no dev data: no selection"))
+    log_skipped_rows(task, used)
+    out = None if output_dir is None else Path(output_dir) / task.output_subdir
+    best, runs = sweep(task, model_dir, used, features, runtime, configs, s, out)
+    details = run_details(task, used, features, runtime, s, str(model_dir))
+    results = task.document(best, runs, {**details, **task.best_details(best.artifacts[1])})
+    result = TaskResult(task=task.name, metric=task.metric, metrics=task.result_metrics(best.metrics),
+                        run_metrics=[task.result_metrics(r.metrics) for r in runs], document=results)
+    if out is not None:
+        write_best(task, best, out, results, used, runtime)
+        result.output_dir, result.model_dir = str(out), str(out / "model")
+    return result
+
+
+def encode_splits(task: Task, used: Splits, tokenizer, max_seq_length: int) -> dict:
+    """Model inputs by split name: train's for training, dev's and the reported splits' for scoring."""
+    features = {"train": task.encode(used.train, tokenizer, max_seq_length)}
+    if used.dev is not None:
+        features["dev"] = task.eval_features(used.dev, tokenizer, max_seq_length)
+    for name, examples in used.reported.items():
+        features[name] = task.eval_features(examples, tokenizer, max_seq_length)
+    return features
+
+
+def log_skipped_rows(task: Task, used: Splits) -> None:
+    for name, examples in used.named().items():
+        skipped = getattr(examples, "skipped", ())
+        if skipped:
+            log.warning(f"{task.label}: skipped {len(skipped)} malformed {name} row(s), first: {skipped[0]}")
+
+
+def sweep(task: Task, model_dir, used: Splits, features: dict, runtime: Runtime, configs: list[dict],
+          s: RunSettings, out: Path | None):
+    """The grid's runs (run_protocol): each a fresh model from model_dir, trained, scored on dev (and
+    the reported splits); the best dev score wins. Returns (best, runs)."""
     head = {**task.head_config(), **dropout_overrides(s.dropout)}
 
     def build_model():
         return task.HEAD.from_pretrained(model_dir, **head)
 
     def evaluate(model) -> tuple[dict, dict]:
-        metrics, predictions = task.evaluate(model, dev, dev_features, runtime, "dev")
-        outputs = {"dev": predictions}
+        metrics, outputs = {}, {}
+        if used.dev is not None:
+            metrics, predictions = task.evaluate(model, used.dev, features["dev"], runtime, "dev")
+            outputs["dev"] = predictions
         for name, examples in used.reported.items():  # scored and reported, not used to select
-            more, outputs[name] = task.evaluate(model, examples, reported[name], runtime, name)
+            more, outputs[name] = task.evaluate(model, examples, features[name], runtime, name)
             metrics.update(more)
         return metrics, outputs
 
-    log.info(f"{task.label}: {task.describe(used, train_features)}, {len(configs)} run(s) (grid x seeds), "
-             f"max length {s.max_seq_length}" + ("" if dev is not None else "; no dev data: no selection"))
-    for name, examples in used.named().items():
-        skipped = getattr(examples, "skipped", ())
-        if skipped:
-            log.warning(f"{task.label}: skipped {len(skipped)} malformed {name} row(s), first: {skipped[0]}")
-    out = None if output_dir is None else Path(output_dir) / task.output_subdir
-    runs_dir = None if out is None else out / "runs"
     identity = {"model": str(model_dir), "max_seq_length": s.max_seq_length, "dropout": s.dropout,
                 **task.identity(used)}
     if s.grad_accum != 1:
         identity["grad_accum"] = s.grad_accum
-    best, runs = run_protocol(configs, build_model, train_features, evaluate if dev is not None else None,
-                              score=task.select, precision=s.precision, device=s.device, warmup_ratio=s.warmup_ratio,
-                              weight_decay=s.weight_decay, pad_token_id=tokenizer.pad_token_id, label=task.label,
-                              train=functools.partial(train_one, grad_accum=s.grad_accum), runs_dir=runs_dir,
-                              logging_steps=s.logging_steps, eval_steps=s.eval_steps, resume=s.resume,
-                              identity=identity, early_stopping_patience=s.early_stopping_patience)
-    results = results_document(task.name, best, runs, {
-        "num_train_examples": len(train), "num_dev_examples": 0 if dev is None else len(dev),
+    return run_protocol(configs, build_model, features["train"], evaluate if used.dev is not None or used.reported else None,
+                        score=task.select, precision=s.precision, device=s.device, warmup_ratio=s.warmup_ratio,
+                        weight_decay=s.weight_decay, pad_token_id=runtime.tokenizer.pad_token_id, label=task.label,
+                        train=functools.partial(train_one, grad_accum=s.grad_accum, progress=s.progress, phase=task.phase),
+                        runs_dir=None if out is None else out / "runs", logging_steps=s.logging_steps,
+                        eval_steps=s.eval_steps, resume=s.resume, identity=identity,
+                        early_stopping_patience=s.early_stopping_patience, selects=used.dev is not None,
+                        evaluates_in_loop=task.evaluates_in_loop)
+
+
+def run_details(task: Task, used: Splits, features: dict, runtime: Runtime, s: RunSettings, model: str) -> dict:
+    """What results.json says besides the runs: the data, the settings, how the best run was chosen."""
+    return {
+        "num_train_examples": len(used.train), "num_dev_examples": 0 if used.dev is None else len(used.dev),
         "max_seq_length": s.max_seq_length,
         "skipped_rows": {name: len(getattr(ex, "skipped", ())) for name, ex in used.named().items()},
-        "model": str(model_dir), **task.details(used, train_features), **task.best_details(best.artifacts[1]),
-        "selection": task.selection if dev is not None else "none: no dev data, the one run is kept",
+        "model": model, **task.details(used, features, runtime),
+        "selection": task.selection if used.dev is not None else "none: no dev data, the one run is kept",
         **({"grad_accum": s.grad_accum} if s.grad_accum != 1 else {}),
-        **({"early_stopping_patience": s.early_stopping_patience} if s.early_stopping_patience else {})})
-    result = TaskResult(task=task.name, metric=task.metric, metrics=best.metrics,
-                        run_metrics=[r.metrics for r in runs], document=results)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        model, outputs = best.artifacts
-        results.update(task.write_outputs(out, model, outputs, used, runtime))
-        model.save_pretrained(out / "model", tokenizer=tokenizer)
-        publish_best_metrics(runs_dir, best, out)
-        write_json(out / "results.json", results)
-        result.output_dir, result.model_dir = str(out), str(out / "model")
-        shown = f" (dev {task.metric} {best.metrics[task.metric]:.4f})" if task.metric in best.metrics else ""
-        log.info(f"{task.label}: best run {config_text(best.config)}{shown}; wrote {out}")
-    return result
+        **({"early_stopping_patience": s.early_stopping_patience} if s.early_stopping_patience else {})}
+
+
+def write_best(task: Task, best, out: Path, results: dict, used: Splits, runtime: Runtime) -> None:
+    """OUTPUT: the prediction files, model/ (with its tokenizer), the best run's metrics.jsonl, results.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    model, outputs = best.artifacts
+    results.update(task.write_outputs(out, model, outputs, used, runtime))
+    model.save_pretrained(out / "model", tokenizer=runtime.tokenizer)
+    publish_best_metrics(out / "runs", best, out)
+    write_json(out / "results.json", results)
+    shown = f" (dev {task.metric} {best.metrics[task.metric]:.4f})" if task.metric in best.metrics else ""
+    log.info(f"{task.label}: best run {config_text(best.config)}{shown}; wrote {out}")

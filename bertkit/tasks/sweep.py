@@ -68,7 +68,7 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
               warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
               output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
               eval_steps: int = 0, grad_accum: int = 1, stop_after_eval: Callable[[dict], bool] | None = None,
-              eval_per_epoch: bool = False):
+              eval_per_epoch: bool = False, progress: bool | None = None, phase: str = "train"):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
     warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
     The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
@@ -86,8 +86,8 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
                      learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio, grad_accum=grad_accum,
                      weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
                      logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
-                     save_final_model=False)
-    return fit(model, Phase(source, epochs=config["epochs"]), args, evaluate=evaluate, stop_after_eval=stop_after_eval)
+                     save_final_model=False, progress=progress)
+    return fit(model, Phase(source, epochs=config["epochs"], name=phase), args, evaluate=evaluate, stop_after_eval=stop_after_eval)
 
 
 class DevTracker:
@@ -129,7 +129,7 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
                  device: str = "auto", warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
                  label: str = "", train: Callable | None = None, runs_dir: str | Path | None = None,
                  logging_steps: int = 50, eval_steps: int = 0, resume: bool = False, identity: dict | None = None,
-                 early_stopping_patience: int | None = None):
+                 early_stopping_patience: int | None = None, selects: bool = True, evaluates_in_loop: bool = True):
     """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
 
     `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
@@ -141,10 +141,14 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
 
     `early_stopping_patience` N: dev is scored every eval_steps (else every epoch) and a run stops
     after N evaluations without a better score, keeping its best weights (DevTracker). `evaluate`
-    None (no dev data): one run, trained to the end and kept without selection (score 0, no metrics)."""
+    None (no dev data): one run, trained to the end and kept without selection (score 0, no metrics);
+    `selects` False (no dev, but splits scored beside it, e.g. a labelled test file): the same one run,
+    `evaluate` scoring it once at the end. `evaluates_in_loop` False: dev is not scored inside the
+    loop (not in metrics.jsonl) unless early stopping needs it, only after the run."""
     if not configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
-    if evaluate is None and (len(configs) > 1 or early_stopping_patience):
+    selects = selects and evaluate is not None
+    if not selects and (len(configs) > 1 or early_stopping_patience):
         raise BertkitError("without dev data there is nothing to choose runs or stop on: give a dev file or "
                            "--dev-fraction, or one learning rate, epoch count, batch size and seed")
     train = train or train_one
@@ -153,28 +157,26 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
         start = time.perf_counter()
         set_seed(int(config["seed"]))
         model = build_model()
-        tracker = None if evaluate is None else DevTracker(evaluate, score, early_stopping_patience)
+        tracker = DevTracker(evaluate, score, early_stopping_patience) if selects else None
         in_loop = {} if tracker is None else dict(evaluate=tracker.in_loop, eval_steps=eval_steps)
         if early_stopping_patience:
             in_loop.update(stop_after_eval=tracker.should_stop, eval_per_epoch=True)
         logged = {} if runs_dir is None else dict(output_dir=Path(runs_dir) / run_name(config),
                                                   logging_steps=logging_steps, eval_steps=eval_steps)
-        if runs_dir is not None or early_stopping_patience:
+        if (runs_dir is not None and evaluates_in_loop) or early_stopping_patience:
             logged.update(in_loop)
         train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
               weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
-        if tracker is None:
-            metrics, outputs = {}, {}
-        elif tracker.kept is not None:
+        if tracker is not None and tracker.kept is not None:
             tracker.finish(model)
             metrics, outputs = tracker.kept
         else:
-            metrics, outputs = evaluate(model)
-        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)) if metrics else 0.0,
+            metrics, outputs = ({}, {}) if evaluate is None else evaluate(model)
+        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)) if selects and metrics else 0.0,
                          seconds=time.perf_counter() - start, artifacts=(model, outputs))
 
     def report(result: RunResult) -> None:
-        if evaluate is None:
+        if not selects:
             log.info(f"{label}: {config_text(result.config)}: trained in {result.seconds:.1f} s (no dev data)")
             return
         shown = " ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, float))

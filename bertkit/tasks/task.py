@@ -5,13 +5,15 @@ transformers' data collators (a task says how its examples become model inputs),
 answers, in order:
 
 - `read(skip_bad_rows) -> Splits`: its files into examples (train, dev, test; splits that are
-  scored but do not select, like MNLI's mismatched dev);
+  scored but do not select, like MNLI's mismatched dev or CoNLL's labelled test), and `limit` the
+  quick-run subsets of them (--max-train-examples / --max-eval-examples);
 - `encode(examples, tokenizer, max_seq_length) -> features`: examples into model inputs;
 - `HEAD` and `head_config()`: the model class and its config overrides (labels, problem type);
 - `predict(model, examples, features, runtime)` and `score(predictions, examples, split)`: dev
   predictions and the task's metrics (fractions), `select(metrics)` the score that picks the best
   run, `metric` the headline (the paper's table cell);
-- `prediction_text(prediction)` and `write_outputs(...)`: prediction files;
+- `prediction_text(prediction)` and `write_outputs(...)`: prediction files; `document` results.json's
+  layout (the runner's, unless a task kept its own);
 - `defaults`: the paper's (or its anchor's) learning rates, epochs, batch sizes and max length.
 
 The runner does the rest, the same way for every task: the sweep, restarts, dev selection,
@@ -26,7 +28,9 @@ from pathlib import Path
 from typing import Sequence
 
 from ..inference.batching import predict_batches
-from .results import write_predictions
+from .examples import subsample
+from .results import results_document, write_predictions
+from .runs import RunResult
 from .sweep import predict_precision
 
 
@@ -73,6 +77,7 @@ class Runtime:
     eval_batch_size: int
     precision: str
     max_seq_length: int
+    device: str = "auto"
 
 
 class Task:
@@ -87,6 +92,15 @@ class Task:
     defaults: Defaults
     output_subdir: str = ""  # under --output (GLUE: the task's folder, so that several tasks share one)
     requires_dev: bool = False  # a benchmark's protocol selects on dev: no dev data is an error, not one run
+    cased: bool | None = None  # --cased / --uncased: overrides the model's do_lower_case
+    phase: str = "train"  # how metrics.jsonl names the training phase
+    evaluates_in_loop: bool = True  # dev in each run's metrics.jsonl (False: scored after the run only,
+    # and each epoch with early stopping)
+
+    def limit(self, splits: Splits, max_train: int | None, max_eval: int | None, seed: int) -> Splits:
+        """The quick-run subsets: a seeded random sample of train and of dev (every run sees the same)."""
+        dev = None if splits.dev is None else subsample(splits.dev, max_eval, seed)
+        return dataclasses.replace(splits, train=subsample(splits.train, max_train, seed), dev=dev)
 
     def read(self, skip_bad_rows: bool) -> Splits:
         raise NotImplementedError
@@ -127,8 +141,8 @@ class Task:
         dev = "no" if splits.dev is None else len(splits.dev)
         return f"{len(train_features)} train / {dev} dev examples"
 
-    def details(self, splits: Splits, train_features) -> dict:
-        """What results.json records about the task and its data."""
+    def details(self, splits: Splits, features: dict, runtime: Runtime) -> dict:
+        """What results.json records about the task and its data (`features` by split name)."""
         return dict(splits.details)
 
     def identity(self, splits: Splits) -> dict:
@@ -138,6 +152,14 @@ class Task:
     def best_details(self, outputs: dict) -> dict:
         """What results.json records of the best run's outputs (besides its metrics)."""
         return {}
+
+    def document(self, best: RunResult, runs: list[RunResult], details: dict) -> dict:
+        """results.json: the runner's layout (runs, best, summary over seeds) with `details`."""
+        return results_document(self.name, best, runs, details)
+
+    def result_metrics(self, metrics: dict) -> dict:
+        """A run's metrics as its TaskResult reports them (the dev metrics)."""
+        return metrics
 
     def prediction_text(self, prediction) -> str:
         return str(prediction)
