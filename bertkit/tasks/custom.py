@@ -4,14 +4,14 @@ multiple-choice | question-answering`.
 Each task reads the user's files (user_files.py, or SQuAD-format JSON) into the examples a benchmark
 task already trains on, and runs that task's machinery unchanged: sentence (pair) classification
 and regression are GLUE's features, sweep protocol (grid x restarts, best on dev), results.json and
-metrics.jsonl; token classification is ner.py's windows, tag handling and conlleval chunk F1;
+metrics.jsonl; token classification is ner.py's task (windows, tag handling, conlleval chunk F1);
 multiple choice is multiple_choice.py's; question answering is squad.py's windows, n-best search,
 null threshold and official scorer inside the same sweep protocol. Labels are the user's:
 config.json's id2label / label2id hold them, so `bertkit predict` and `bertkit.pipeline` answer
 with the user's label names.
 
-Text classification, multiple choice and question answering are task objects (tasks/task.py) that
-the runner (tasks/runner.py) runs; token classification runs ner.py's sweep. As a Trainer user
+Every command is a task object (tasks/task.py) that the runner (tasks/runner.py) runs; token
+classification is ner.py's NerTask on the user's files. As a Trainer user
 expects, each makes one run at a stated learning rate unless `--grid paper` (the paper's protocol
 for the task) or comma lists ask for a grid; dev is a dev file or `--dev-fraction` of the training
 file, and without either the one run is trained and saved without selection.

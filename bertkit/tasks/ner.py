@@ -9,12 +9,13 @@ Scores are conlleval's chunk precision / recall / F1 (bertkit.metrics.conll).
 Tags stay as the file gives them (IOB1 or IOB2, detected and recorded); `tag_scheme="iob2"`
 converts IOB1 training tags to IOB2; predictions are always written back in the file's scheme.
 
-The task surface (tasks/common.py): read = `read_conll` and featurize = `ner_features` (both in
-conll_data.py, shared with the feature-based tagger in ner_features.py), HEAD =
-BertForTokenClassification, postprocess = `predict_ner`'s first-piece argmax, score =
-`evaluate_conll`, finetune = `finetune_ner` -> TaskResult (`--feature-based`:
-ner_features.train_feature_based_ner); `evaluate_prediction_file` -> TaskResult scores a
-predictions file (`bertkit evaluate conll`).
+`NerTask` is the task object (tasks/task.py) the runner runs: read = `read_conll` and encode =
+`ner_features` (both in conll_data.py, shared with the feature-based tagger in ner_features.py),
+HEAD = BertForTokenClassification with the training tags as labels, prediction = `predict_ner`'s
+first-piece argmax, score = `evaluate_conll` on dev and on a labelled test file (every run, not
+selecting); the sweep, resume, early stopping and the model folder are the runner's. finetune =
+`finetune_ner` -> TaskResult (`--feature-based`: ner_features.train_feature_based_ner);
+`evaluate_prediction_file` -> TaskResult scores a predictions file (`bertkit evaluate conll`).
 """
 
 from __future__ import annotations

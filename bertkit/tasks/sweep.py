@@ -28,13 +28,13 @@ def predict_precision(model, precision: str) -> str:
 
 def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
               on_run: Callable[[RunResult], None] | None = None, state_dir: str | Path | None = None,
-              resume: bool = False, keep: Callable[[object], dict] | None = None, identity: dict | None = None):
+              resume: bool = False, identity: dict | None = None):
     """Run every configuration; the best dev score wins (the paper's selection). Returns (best, runs).
     Only the best run keeps its artifacts, so a large grid does not hold every model in memory.
 
     With `state_dir` the sweep can be resumed: each finished run is recorded in
-    state_dir/<run_name>/result.json (with `keep(artifacts)`, the part of its artifacts the caller
-    reads of every run) and the best run's artifacts so far in state_dir/best/. `resume` then skips
+    state_dir/<run_name>/result.json (its config, metrics, score, seconds) and the best run's
+    artifacts so far in state_dir/best/. `resume` then skips
     the finished runs (each run sets its own seed, so the others are the same as in one go) and takes
     the best run's artifacts back; without it the records of an earlier sweep are cleared first. A
     finished sweep drops its copy of the best artifacts (the caller saves the model): resumed once
@@ -47,7 +47,7 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
         restored = done.get(run_name(config))
         result = restored or run_one(config)
         if state is not None and restored is None:
-            state.record(result, None if keep is None else keep(result.artifacts))
+            state.record(result)
         runs.append(result)
         if on_run is not None:
             on_run(result)

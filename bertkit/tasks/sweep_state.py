@@ -124,8 +124,7 @@ class SweepState:
         for path in self._result_files():
             record = json.loads(path.read_text(encoding="utf-8"))
             done[path.parent.name] = RunResult(config=record["config"], metrics=record["metrics"],
-                                               score=record["score"], seconds=record["seconds"],
-                                               artifacts=record.get("kept"))
+                                               score=record["score"], seconds=record["seconds"])
         if done:
             best_name = max(done, key=lambda n: done[n].score)  # ties: any, the artifacts decide below
             payload = self.load_best()
@@ -161,9 +160,9 @@ class SweepState:
         payload = json.loads(saved.read_text(encoding="utf-8"))
         return {"run": payload["run"], "artifacts": decode_artifacts(payload["artifacts"], saved.parent)}
 
-    def record(self, result: RunResult, kept: dict | None) -> None:
+    def record(self, result: RunResult) -> None:
         folder = self.directory / run_name(result.config)
         folder.mkdir(parents=True, exist_ok=True)
         record = {"config": result.config, "metrics": result.metrics, "score": result.score,
-                  "seconds": result.seconds, "kept": kept}
+                  "seconds": result.seconds}
         atomic_write_text(folder / "result.json", json.dumps(record, indent=1, default=float) + "\n")

@@ -166,3 +166,39 @@ def test_token_classification_holds_out_dev_stops_early_and_trains_without_dev(b
     results = json.loads((alone / "results.json").read_text())
     assert results["selection"].startswith("none") and results["best"]["dev"] is None
     assert (alone / "model" / "model.safetensors").is_file()
+
+
+def test_conll_ner_runs_through_the_runner_and_resumes(base_model, tmp_path, caplog):
+    # CoNLL NER is a task object like the others: its sweep is the runner's (runs/<run>/result.json,
+    # --resume keeps finished runs), its test file is scored every run beside dev without selecting,
+    # and its results.json keeps NER's layout (best / runs with dev and test conlleval scores).
+    from bertkit.tasks import ner
+
+    assert not hasattr(ner, "run_sweep") and issubclass(ner.NerTask, ner.Task)
+    data = tmp_path / "conll"
+    data.mkdir()
+    sentence = "-DOCSTART- -X- O O\n\nTake X X O\naspirin X X B-DRUG\n\nStop X X O\nibuprofen X X B-DRUG\nsodium X X I-DRUG\n\n"
+    for split, copies in (("train", 3), ("valid", 1), ("test", 1)):
+        (data / f"{split}.txt").write_text(sentence * copies, encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["finetune", "ner", "--model", str(base_model), "--data-dir", str(data), "--output", str(out),
+            "--learning-rate", "1e-3,1e-4", "--max-seq-length", "32", *QUICK]
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [r["config"]["learning_rate"] for r in results["runs"]] == [1e-3, 1e-4]
+    assert all({"f1", "accuracy"} <= set(r["dev"]) and {"f1", "accuracy"} <= set(r["test"]) for r in results["runs"])
+    best = max(results["runs"], key=lambda r: r["dev"]["f1"])
+    assert results["best"]["dev"] == best["dev"] and results["best"]["test"] == best["test"]
+    assert results["sentences"] == {"train": 6, "valid": 2, "test": 2} and results["labels"] == ["O", "B-DRUG", "I-DRUG"]
+    assert {"dev_f1", "test_f1"} <= set(results["summary"][0])
+    for run in ("lr0.001_ep1_bs4_seed42", "lr0.0001_ep1_bs4_seed42"):
+        assert (out / "runs" / run / "result.json").is_file()
+    assert (out / "test_predictions.txt").is_file() and (out / "dev_predictions.txt").is_file()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        assert main([*argv, "--resume"]) == 0
+    # a finished sweep keeps its records but not the best model (saved in OUTPUT/model): the best run runs again
+    assert "1 finished run(s) kept" in caplog.text
+    resumed = json.loads((out / "results.json").read_text())
+    assert [r["dev"] for r in resumed["runs"]] == [r["dev"] for r in results["runs"]]
+    assert resumed["best"] == results["best"]
