@@ -44,8 +44,6 @@ from .ner import NER_DEFAULTS, NerTask, predict_ner
 from .results import TaskResult
 from .runner import RunSettings, split_dev
 from .runs import config_text
-from .squad_windows import WindowInputs
-from .sweep import predict_precision
 from .task import Defaults, Splits, Task
 from .user_files import (check_labels, check_tags, is_regression, read_choice_file, read_tagged_file,
                          read_text_file, sorted_labels)
@@ -253,78 +251,10 @@ def _read_choices(path, skip_bad_rows=False, **columns):
 
 
 # The paper's SQuAD settings (§4.2): lr 5e-5, batch 32, 3 epochs, windows of 384 (one run).
-QA_DEFAULTS = Defaults(learning_rates=(5e-5,), epochs=(3,), batch_sizes=(32,), max_seq_length=squad.MAX_SEQ_LENGTH,
-                       eval_batch_size=64, anchor="the paper's SQuAD settings (§4.2)")
+QA_DEFAULTS = squad.SQUAD_DEFAULTS
 
 
-class QuestionAnsweringTask(Task):
-    """Extractive question answering on the user's SQuAD v1.1 / v2.0 JSON files: squad.py's windows,
-    n-best search, null threshold and official scorer."""
-
-    name = "question-answering"
-    HEAD = squad.HEAD
-    defaults = QA_DEFAULTS
-    metric = "f1"
-
-    def __init__(self, train_file, dev_file=None, *, version: str | None = None, doc_stride: int = 128,
-                 max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
-                 null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True):
-        self.train_file, self.dev_file, self.version = train_file, dev_file, version
-        self.label = Path(train_file).stem
-        self.answering = dict(doc_stride=doc_stride, max_query_length=max_query_length, n_best_size=n_best_size,
-                              max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold)
-        self.search_null_threshold = search_null_threshold
-        self.is_v2, self.windows = False, None  # known once read / encoded
-
-    def read(self, skip_bad_rows: bool) -> Splits:
-        train_data, dev_data = squad.read_train_dev(self.train_file, self.dev_file, self.version, skip_bad_rows)
-        if dev_data is not None and not dev_data.has_answers:
-            raise BertkitError("the dev file has no answers: the best run is chosen on dev F1", path=str(self.dev_file))
-        self.is_v2 = train_data.version == "2.0"
-        self.selection = "best dev F1" + (" at the null threshold searched on dev" if self.is_v2 and
-                                          self.search_null_threshold else
-                                          " at --null-score-diff-threshold" if self.is_v2 else "")
-        return Splits(train_data.examples, None if dev_data is None else dev_data.examples, details={
-            "version": train_data.version, "train_file": str(self.train_file),
-            "dev_file": None if self.dev_file is None else str(self.dev_file),
-            "bad_rows_skipped": train_data.bad_rows_skipped + (0 if dev_data is None else dev_data.bad_rows_skipped)})
-
-    def encode(self, examples, tokenizer, max_seq_length: int):
-        self.windows = squad.training_windows(examples, tokenizer, max_seq_length, self.answering["doc_stride"],
-                                              self.answering["max_query_length"], self.train_file)
-        return WindowInputs(self.windows.windows, with_labels=True)
-
-    def eval_features(self, examples, tokenizer, max_seq_length: int):
-        return None  # predict_squad windows the questions itself
-
-    def evaluate(self, model, examples, features, runtime, split: str):
-        predicted = squad.predict_squad(model, runtime.tokenizer, examples, self.is_v2,
-                                        batch_size=runtime.eval_batch_size,
-                                        precision=predict_precision(model, runtime.precision),
-                                        max_seq_length=runtime.max_seq_length, **self.answering)
-        official, applied = squad.score_predictions(examples, predicted, self.search_null_threshold)
-        return squad.headline_metrics(official), {"official": official, "predictions": applied}
-
-    def describe(self, splits: Splits, train_features) -> str:
-        dev = "no" if splits.dev is None else len(splits.dev)
-        return (f"SQuAD {'2.0' if self.is_v2 else '1.1'}, {len(splits.train)} train questions "
-                f"({len(self.windows)} windows) / {dev} dev questions")
-
-    def details(self, splits: Splits, features: dict, runtime) -> dict:
-        return {**splits.details, "num_train_windows": len(self.windows),
-                "train_skipped_unrecoverable": len(self.windows.skipped_unrecoverable), **self.answering}
-
-    def identity(self, splits: Splits) -> dict:
-        return {"doc_stride": self.answering["doc_stride"], "dev_questions": 0 if splits.dev is None else len(splits.dev)}
-
-    def best_details(self, outputs: dict) -> dict:
-        """The best run's official metrics, in the official scripts' percent."""
-        return {"official_metrics": outputs["dev"]["official"]} if outputs else {}
-
-    def write_outputs(self, out: Path, model, outputs: dict, splits: Splits, runtime) -> dict:
-        if outputs:
-            outputs["dev"]["predictions"].write(out)
-        return {}
+QuestionAnsweringTask = squad.SquadTask  # the user's SQuAD-format files: the SQuAD task object itself
 
 
 def finetune_question_answering(model_dir, train_file, dev_file=None, output_dir=None, *, version: str | None = None,

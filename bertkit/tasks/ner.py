@@ -201,6 +201,8 @@ class NerTask(Task):
         def flat(run: RunResult) -> RunResult:  # the summary's metrics: dev_f1, test_f1, ...
             named = {f"{split}_{k}": v for split, r in scores(run).items() for k, v in (r or {}).items()
                      if k in ("precision", "recall", "f1", "accuracy")}
+            if "sequences_per_second" in run.training:
+                named["train_seq_per_s"] = run.training["sequences_per_second"]
             return dataclasses.replace(run, metrics=named)
 
         kept = {k: v for k, v in details.items() if k not in ("num_train_examples", "num_dev_examples", "skipped_rows")}

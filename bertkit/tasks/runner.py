@@ -19,6 +19,7 @@ from typing import Sequence
 from ..errors import BertkitError
 from ..hub.checkpoints import load_tokenizer
 from ..outputs import write_json
+from ..train.loop import dist_info
 from .arguments import FINETUNE_DROPOUT, dropout_overrides
 from .examples import Examples
 from .results import TaskResult, publish_best_metrics
@@ -59,6 +60,7 @@ class RunSettings:
     dev_fraction: float | None = None  # without a dev split: hold out this fraction of train
     split_seed: int = 0
     progress: bool | None = None  # the training progress bar (None: when stderr is a terminal)
+    save_steps: int = 0  # checkpoints inside each run (runs/<run>/); --resume continues an interrupted run there
 
     @classmethod
     def of(cls, **options) -> "RunSettings":
@@ -133,6 +135,8 @@ def finetune(task: Task, model_dir, output_dir=None, settings: RunSettings | Non
     log_skipped_rows(task, used)
     out = None if output_dir is None else Path(output_dir) / task.output_subdir
     best, runs = sweep(task, model_dir, used, features, runtime, configs, s, out)
+    if dist_info()[0] != 0:  # under torchrun, rank 0 alone scores and writes
+        return TaskResult(task=task.name, metric=task.metric, metrics={})
     details = run_details(task, used, features, runtime, s, str(model_dir))
     results = task.document(best, runs, {**details, **task.best_details(best.artifacts[1])})
     result = TaskResult(task=task.name, metric=task.metric, metrics=task.result_metrics(best.metrics),
@@ -186,7 +190,8 @@ def sweep(task: Task, model_dir, used: Splits, features: dict, runtime: Runtime,
     return run_protocol(configs, build_model, features["train"], evaluate if used.dev is not None or used.reported else None,
                         score=task.select, precision=s.precision, device=s.device, warmup_ratio=s.warmup_ratio,
                         weight_decay=s.weight_decay, pad_token_id=runtime.tokenizer.pad_token_id, label=task.label,
-                        train=functools.partial(train_one, grad_accum=s.grad_accum, progress=s.progress, phase=task.phase),
+                        train=functools.partial(train_one, grad_accum=s.grad_accum, progress=s.progress, phase=task.phase,
+                                                save_steps=s.save_steps, resume=s.resume, tokenizer=runtime.tokenizer),
                         runs_dir=None if out is None else out / "runs", logging_steps=s.logging_steps,
                         eval_steps=s.eval_steps, resume=s.resume, identity=identity,
                         early_stopping_patience=s.early_stopping_patience, selects=used.dev is not None,

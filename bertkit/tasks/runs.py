@@ -14,6 +14,7 @@ class RunResult:
     score: float  # the selection score (task score on dev)
     seconds: float = 0.0
     artifacts: object = None  # e.g. the trained model, kept only for the best run
+    training: dict = dataclasses.field(default_factory=dict)  # the loop's figures: global_step, train_seconds, ...
 
 
 def grid(learning_rates, epochs, batch_sizes, seeds) -> list[dict]:

@@ -41,9 +41,10 @@ dev-v2.0 in two: train on one part, evaluate (and tune tau) on the other, never 
 for training and drops every dev article with one of those titles. Any v2.0-format file works as
 `--train-file`.
 
-The task surface (tasks/common.py): read = `read_squad`, featurize = `squad_windows`, HEAD =
-BertForQuestionAnswering, postprocess = `postprocess_predictions`, score = `score_predictions`,
-finetune = `finetune_squad`, predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit
+`SquadTask` is the task object (tasks/task.py) the runner runs (`finetune question-answering` on a
+user's files; `SquadRunTask`, `finetune squad`, adds the article split and writes the run's record as
+results.json): read = `read_squad`, featurize = `squad_windows`, HEAD = BertForQuestionAnswering,
+postprocess = `postprocess_predictions`, score = `score_predictions`, finetune = `finetune_squad`, predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit
 evaluate squad`), all -> TaskResult (the official scripts report percent; the TaskResult's metrics
 are fractions, its document keeps the official numbers). The fine-tuned model is saved in OUTPUT/model.
 """
@@ -61,20 +62,24 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import flags
-from ..inference.batching import FeatureSource, predict_batches
+from ..inference.batching import predict_batches
 from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
 from ..heads import BertForQuestionAnswering
 from ..hub.checkpoints import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
 from ..outputs import check_output_dir, write_json
-from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
-from .arguments import (FINETUNE_DROPOUT, MIN_SEQ_LENGTH, add_dropout_argument, add_max_examples_arguments,
-                        add_overwrite_argument, check_finetune_output, deprecated, dropout_overrides)
+from . import runner
+from .arguments import (MIN_SEQ_LENGTH, add_dropout_argument, add_max_examples_arguments,
+                        add_overwrite_argument, check_finetune_output, deprecated)
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import subsample
 from .results import PERCENT, TaskResult
+from .runner import RunSettings
+from .runs import RunResult
+from .sweep import predict_precision
 from .sweep_state import restorable
+from .task import Defaults, Splits, Task
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, squad_json, squad_windows)
 
@@ -302,88 +307,176 @@ def training_windows(examples: Sequence[SquadExample], tokenizer, max_seq_length
     return windows
 
 
-def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: str | Path,
-                   dev_file: str | Path | None = None, version: str | None = None, epochs: float = 3.0,
-                   learning_rate: float = 5e-5, batch_size: int = 32, grad_accum: int = 1,
-                   max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
-                   n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
-                   search_null_threshold: bool = True, seed: int = 42, precision: str = "auto",
-                   device: str = "auto", max_train_examples: int | None = None,
-                   max_eval_examples: int | None = None, subset_seed: int = 0,
-                   eval_subset_seed: int | None = None, article_split_fraction: float | None = None,
-                   split_seed: int = 0,
-                   eval_batch_size: int = 64, warmup_ratio: float = 0.1, weight_decay: float = 0.01,
-                   skip_bad_rows: bool = False, logging_steps: int = 50, save_steps: int = 0,
-                   resume: bool = False, progress: bool | None = None,
-                   dropout: float | None = FINETUNE_DROPOUT) -> TaskResult:
-    """Fine-tune BertForQuestionAnswering on a SQuAD file with `train.fit` (linear warm-up over
-    `warmup_ratio` of the steps, then decay), save it (HF layout) in output_dir, predict the dev
-    file there and score it. `batch_size` is the effective batch: micro-batches of
-    batch_size / grad_accum. Checkpoints go to output_dir, the final model to output_dir/model;
-    the TaskResult's document is the run's record (results.json)."""
-    if batch_size < 1 or grad_accum < 1 or batch_size % grad_accum:
-        raise BertkitError(f"--batch-size {batch_size} must be a positive multiple of --grad-accum {grad_accum}")
-    output_dir = Path(output_dir)
-    tokenizer = model_tokenizer(model_dir)
-    train_data, dev_data = read_train_dev(train_file, dev_file, version, skip_bad_rows)
-    version = train_data.version
-    is_v2 = version == "2.0"
+# The paper's SQuAD settings (§4.2): lr 5e-5, batch 32, 3 epochs, windows of 384 (one run).
+SQUAD_DEFAULTS = Defaults(learning_rates=(5e-5,), epochs=(3,), batch_sizes=(32,), max_seq_length=MAX_SEQ_LENGTH,
+                          eval_batch_size=64, anchor="the paper's SQuAD settings (§4.2)")
+WINDOW_OPTIONS = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length", "null_score_diff_threshold",
+                  "search_null_threshold")
 
-    train_examples, dev_examples = train_data.examples, dev_data.examples if dev_data else []
-    split_record = None
-    if article_split_fraction is not None:
-        training_articles = article_split(train_examples, article_split_fraction, split_seed)
-        train_examples = [e for e in train_examples if article_key(e) in training_articles]
-        dev_examples = [e for e in dev_examples if article_key(e) not in training_articles]
-        split_record = {"fraction": article_split_fraction, "seed": split_seed,
-                        "training_articles": sorted(training_articles)}
-        if dev_data is not None and not dev_examples:
-            raise BertkitError("the article split leaves no dev questions", path=str(dev_file))
-    train_examples = subsample(train_examples, max_train_examples, subset_seed)
-    # A learning curve draws each seed's training subset but scores every run on one dev subset.
-    dev_examples = subsample(dev_examples, max_eval_examples, subset_seed if eval_subset_seed is None
-                             else eval_subset_seed)
 
-    windows = training_windows(train_examples, tokenizer, max_seq_length, doc_stride, max_query_length, train_file)
-    set_seed(seed)  # the new span head's initialisation
-    model = HEAD.from_pretrained(model_dir, **dropout_overrides(dropout))
-    source = FeatureSource(WindowInputs(windows.windows, with_labels=True), batch_size // grad_accum, seed=seed,
-                           pad_token_id=tokenizer.pad_token_id)
-    train_args = TrainArgs(output_dir=str(output_dir), learning_rate=learning_rate, warmup_ratio=warmup_ratio,
-                           weight_decay=weight_decay, grad_accum=grad_accum, precision=precision, device=device,
-                           seed=seed, logging_steps=logging_steps, save_steps=save_steps, resume=resume,
-                           progress=progress, tokenizer=tokenizer, save_final_model=False)
-    trained = fit(model, Phase(source, epochs=epochs, name="squad"), train_args)
-    if dist_info()[0] != 0:
-        return TaskResult(task="squad", metric="f1", metrics={})  # under torchrun, rank 0 alone predicts and writes
-    model.save_pretrained(output_dir / "model", tokenizer=tokenizer)
+class SquadTask(Task):
+    """Extractive question answering on SQuAD v1.1 / v2.0 JSON files (the benchmark's or a user's):
+    the windows, n-best search, null threshold and official scorer above, run by tasks/runner.py.
+    `article_split_fraction`: the local v2.0 protocol (train and dev never share an article);
+    `unanswered_dev`: a dev file without answers is predicted, not scored (no selection then)."""
 
-    record = {
-        "task": "squad", "version": version, "model": str(model_dir), "train_file": str(train_file),
-        "dev_file": None if dev_file is None else str(dev_file), "article_split": split_record,
-        "config": {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
-                   "grad_accum": grad_accum, "max_seq_length": max_seq_length, "doc_stride": doc_stride,
-                   "max_query_length": max_query_length, "n_best_size": n_best_size,
-                   "max_answer_length": max_answer_length, "warmup_ratio": warmup_ratio, "seed": seed,
-                   "subset_seed": subset_seed, "precision": precision, "dropout": dropout},
-        "train_examples": len(train_examples), "train_windows": len(windows),
-        "train_skipped_unrecoverable": len(windows.skipped_unrecoverable),
-        "bad_rows_skipped": train_data.bad_rows_skipped + (dev_data.bad_rows_skipped if dev_data else 0),
-        "train": {"global_step": trained.global_step, "train_seconds": trained.train_seconds,
-                  "sequences_per_second": trained.sequences_per_second},
-    }
-    if dev_data is not None:
+    name = "question-answering"
+    HEAD = BertForQuestionAnswering
+    defaults = SQUAD_DEFAULTS
+    metric = "f1"
+
+    def __init__(self, train_file, dev_file=None, *, version: str | None = None, doc_stride: int = 128,
+                 max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
+                 null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
+                 article_split_fraction: float | None = None, split_seed: int = 0, unanswered_dev: bool = False,
+                 eval_subset_seed: int | None = None):
+        self.train_file, self.dev_file, self.version = train_file, dev_file, version
+        self.label = Path(train_file).stem
+        self.answering = dict(doc_stride=doc_stride, max_query_length=max_query_length, n_best_size=n_best_size,
+                              max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold)
+        self.search_null_threshold = search_null_threshold
+        self.article_split, self.unanswered_dev = (article_split_fraction, split_seed), unanswered_dev
+        self.is_v2, self.windows, self.has_answers, self.split_record = False, None, True, None  # known once read / encoded
+        self.eval_subset_seed = eval_subset_seed  # None: dev is sampled with the runner's subset seed
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        train_data, dev_data = read_train_dev(self.train_file, self.dev_file, self.version, skip_bad_rows)
+        if dev_data is not None and not dev_data.has_answers and not self.unanswered_dev:
+            raise BertkitError("the dev file has no answers: the best run is chosen on dev F1", path=str(self.dev_file))
+        self.has_answers = dev_data is not None and dev_data.has_answers
+        self.is_v2 = train_data.version == "2.0"
+        self.selection = "best dev F1" + (" at the null threshold searched on dev" if self.is_v2 and
+                                          self.search_null_threshold else
+                                          " at --null-score-diff-threshold" if self.is_v2 else "")
+        train, dev = self.split_articles(train_data.examples, None if dev_data is None else dev_data.examples)
+        return Splits(train, dev, details={
+            "version": train_data.version, "train_file": str(self.train_file),
+            "dev_file": None if self.dev_file is None else str(self.dev_file),
+            "bad_rows_skipped": train_data.bad_rows_skipped + (0 if dev_data is None else dev_data.bad_rows_skipped)})
+
+    def split_articles(self, train: list, dev: list | None) -> tuple[list, list | None]:
+        """--article-split: a seeded fraction of the training file's articles to train on, dev outside them."""
+        fraction, seed = self.article_split
+        if fraction is None:
+            return train, dev
+        training_articles = article_split(train, fraction, seed)
+        train = [e for e in train if article_key(e) in training_articles]
+        self.split_record = {"fraction": fraction, "seed": seed, "training_articles": sorted(training_articles)}
+        if dev is None:
+            return train, None
+        dev = [e for e in dev if article_key(e) not in training_articles]
+        if not dev:
+            raise BertkitError("the article split leaves no dev questions", path=str(self.dev_file))
+        return train, dev
+
+    def limit(self, splits: Splits, max_train, max_eval, seed) -> Splits:
+        # A learning curve draws each seed's training subset but scores every run on one dev subset.
+        eval_seed = seed if self.eval_subset_seed is None else self.eval_subset_seed
+        return dataclasses.replace(super().limit(splits, max_train, None, seed),
+                                   dev=None if splits.dev is None else subsample(splits.dev, max_eval, eval_seed))
+
+    def encode(self, examples, tokenizer, max_seq_length: int):
+        self.windows = training_windows(examples, tokenizer, max_seq_length, self.answering["doc_stride"],
+                                        self.answering["max_query_length"], self.train_file)
+        return WindowInputs(self.windows.windows, with_labels=True)
+
+    def eval_features(self, examples, tokenizer, max_seq_length: int):
+        return None  # predict_squad windows the questions itself
+
+    def evaluate(self, model, examples, features, runtime, split: str):
         started = time.perf_counter()
-        result = predict_squad(model, tokenizer, dev_examples, is_v2, max_seq_length, doc_stride, max_query_length,
-                               n_best_size, max_answer_length, null_score_diff_threshold, eval_batch_size,
-                               precision=precision)
-        metrics, applied = _scored(dev_examples, result, search_null_threshold, dev_data.has_answers)
-        applied.write(output_dir)
-        record.update(dev_examples=len(dev_examples), predict_seconds=time.perf_counter() - started, metrics=metrics)
-    write_json(output_dir / "results.json", record)
-    result = _result(record, output_dir)
-    result.model_dir = str(output_dir / "model")
-    return result
+        predicted = predict_squad(model, runtime.tokenizer, examples, self.is_v2, batch_size=runtime.eval_batch_size,
+                                  precision=predict_precision(model, runtime.precision),
+                                  max_seq_length=runtime.max_seq_length, **self.answering)
+        official, applied = _scored(examples, predicted, self.search_null_threshold, self.has_answers)
+        return headline_metrics(official), {"official": official, "predictions": applied,
+                                            "seconds": time.perf_counter() - started}
+
+    def describe(self, splits: Splits, train_features) -> str:
+        dev = "no" if splits.dev is None else len(splits.dev)
+        return (f"SQuAD {'2.0' if self.is_v2 else '1.1'}, {len(splits.train)} train questions "
+                f"({len(self.windows)} windows) / {dev} dev questions")
+
+    def details(self, splits: Splits, features: dict, runtime) -> dict:
+        return {**splits.details, "num_train_windows": len(self.windows),
+                "train_skipped_unrecoverable": len(self.windows.skipped_unrecoverable), **self.answering}
+
+    def identity(self, splits: Splits) -> dict:
+        return {"doc_stride": self.answering["doc_stride"], "dev_questions": 0 if splits.dev is None else len(splits.dev)}
+
+    def best_details(self, outputs: dict) -> dict:
+        """The best run's official metrics, in the official scripts' percent."""
+        return {"official_metrics": outputs["dev"]["official"]} if outputs else {}
+
+    def write_outputs(self, out: Path, model, outputs: dict, splits: Splits, runtime) -> dict:
+        if outputs:
+            outputs["dev"]["predictions"].write(out)
+        return {}
+
+
+class SquadRunTask(SquadTask):
+    """`bertkit finetune squad`: the paper's SQuAD run on the benchmark files (article split, a dev
+    file with or without answers), its results.json the run's record as it always was: version,
+    files, config, data counts, the training loop's figures and the official metrics."""
+
+    phase = "squad"
+
+    def __init__(self, train_file, dev_file=None, *, settings: RunSettings, **options):
+        super().__init__(train_file, dev_file, unanswered_dev=True, **options)
+        self.settings = settings
+
+    def read(self, skip_bad_rows: bool) -> Splits:
+        splits = super().read(skip_bad_rows)
+        self.name = "squad2" if self.is_v2 else "squad"
+        return splits
+
+    def best_details(self, outputs: dict) -> dict:
+        return {"dev": outputs.get("dev")}
+
+    def document(self, best: RunResult, runs: list[RunResult], details: dict) -> dict:
+        s, config = self.settings, best.config
+        record = {
+            "task": "squad", "version": details["version"], "model": details["model"],
+            "train_file": details["train_file"], "dev_file": details["dev_file"], "article_split": self.split_record,
+            "config": {"epochs": config["epochs"], "learning_rate": config["learning_rate"],
+                       "batch_size": config["batch_size"], "grad_accum": s.grad_accum,
+                       "max_seq_length": s.max_seq_length, **{k: self.answering[k] for k in WINDOW_OPTIONS[:4]},
+                       "warmup_ratio": s.warmup_ratio, "seed": config["seed"], "subset_seed": s.subset_seed,
+                       "precision": s.precision, "dropout": s.dropout},
+            "train_examples": details["num_train_examples"], "train_windows": details["num_train_windows"],
+            "train_skipped_unrecoverable": details["train_skipped_unrecoverable"],
+            "bad_rows_skipped": details["bad_rows_skipped"], "train": best.training}
+        dev = details["dev"]
+        if dev is not None:
+            record.update(dev_examples=details["num_dev_examples"], predict_seconds=dev["seconds"],
+                          metrics=dev["official"])
+        if len(runs) > 1:  # a grid (Python callers): every run's configuration and metrics
+            record["runs"] = [{"config": r.config, "metrics": r.metrics, "score": r.score} for r in runs]
+        return record
+
+    def result_metrics(self, metrics: dict) -> dict:
+        return metrics
+
+
+def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: str | Path,
+                   dev_file: str | Path | None = None, version: str | None = None, *, epochs: float = 3.0,
+                   learning_rate: float = 5e-5, batch_size: int = 32, seed: int = 42,
+                   article_split_fraction: float | None = None, split_seed: int = 0,
+                   eval_subset_seed: int | None = None, **options) -> TaskResult:
+    """Fine-tune BertForQuestionAnswering on a SQuAD file through the runner (linear warm-up over
+    `warmup_ratio` of the steps, then decay), save it (HF layout) in output_dir/model, predict the
+    dev file there and score it. `batch_size` is the effective batch: micro-batches of
+    batch_size / grad_accum. `options`: the window options (doc_stride, max_query_length,
+    n_best_size, max_answer_length, null_score_diff_threshold, search_null_threshold) and the
+    runner's RunSettings (max_seq_length 384, eval_batch_size 64, save_steps: checkpoints in
+    output_dir/runs/<run>/, resume: continue from the newest, ...); `eval_subset_seed` samples dev
+    (--max-eval-examples) with its own seed. The TaskResult's document is the run's record (results.json)."""
+    answering = {k: options.pop(k) for k in WINDOW_OPTIONS if k in options}
+    settings = RunSettings.paper(SQUAD_DEFAULTS, learning_rates=(learning_rate,), epochs=(epochs,),
+                                 batch_sizes=(batch_size,), seeds=(seed,), **options)
+    task = SquadRunTask(train_file, dev_file, version=version, article_split_fraction=article_split_fraction,
+                        split_seed=split_seed, eval_subset_seed=eval_subset_seed, settings=settings, **answering)
+    return runner.finetune(task, model_dir, output_dir, settings)
 
 
 def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir: str | Path,
@@ -477,8 +570,10 @@ def add_finetune_arguments(parser) -> None:
                              "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
     parser.add_argument("--split-seed", type=flags.seed, default=0)
     parser.add_argument("--logging-steps", type=flags.positive_int, default=50)
-    parser.add_argument("--save-steps", type=flags.non_negative_int, default=0, help="checkpoint every N steps (0: only at the end)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --output")
+    parser.add_argument("--save-steps", type=flags.non_negative_int, default=0,
+                        help="checkpoint every N steps, in --output/runs/<run>/ (0: none)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output from its newest checkpoint (--save-steps)")
     _add_run_arguments(parser)
 
 

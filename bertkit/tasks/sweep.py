@@ -15,7 +15,7 @@ import torch
 from ..inference.batching import FeatureSource
 from ..device import resolve_precision
 from ..errors import BertkitError
-from ..train.loop import Phase, TrainArgs, fit, set_seed
+from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
 from .runs import RunResult, config_text, run_name
 from .sweep_state import SweepState
 
@@ -40,7 +40,7 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
     finished sweep drops its copy of the best artifacts (the caller saves the model): resumed once
     more, it runs its best run again.
     `identity` (e.g. the data and settings) must match the recorded one to resume."""
-    state = None if state_dir is None else SweepState(Path(state_dir), identity)
+    state = None if state_dir is None or dist_info()[0] != 0 else SweepState(Path(state_dir), identity)
     done = {} if state is None else (state.restore() if resume else state.clear())
     best, runs = None, []
     for config in configs:
@@ -68,14 +68,16 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
               warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
               output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
               eval_steps: int = 0, grad_accum: int = 1, stop_after_eval: Callable[[dict], bool] | None = None,
-              eval_per_epoch: bool = False, progress: bool | None = None, phase: str = "train"):
+              eval_per_epoch: bool = False, progress: bool | None = None, phase: str = "train", save_steps: int = 0,
+              resume: bool = False, tokenizer=None):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
     warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
     The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
     With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
     `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`. `eval_per_epoch`
     (with eval_steps 0) evaluates at the end of every epoch; `stop_after_eval(metrics)` may end the
-    run after an evaluation (early stopping)."""
+    run after an evaluation (early stopping). `save_steps` N checkpoints the run in output_dir every N
+    steps (with `tokenizer`, loadable as models); `resume` continues from the newest one there."""
     batch_size = int(config["batch_size"])
     if grad_accum < 1 or batch_size % grad_accum:
         raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {grad_accum}")
@@ -86,8 +88,17 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
                      learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio, grad_accum=grad_accum,
                      weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
                      logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
-                     save_final_model=False, progress=progress)
+                     save_final_model=False, progress=progress, save_steps=save_steps, resume=resume,
+                     tokenizer=tokenizer)
     return fit(model, Phase(source, epochs=config["epochs"], name=phase), args, evaluate=evaluate, stop_after_eval=stop_after_eval)
+
+
+def figures(trained) -> dict:
+    """What results.json keeps of a run's training (train.TrainResult): steps, time, throughput."""
+    if trained is None:  # a stand-in trainer (tests)
+        return {}
+    return {"global_step": trained.global_step, "train_seconds": trained.train_seconds,
+            "sequences_per_second": trained.sequences_per_second}
 
 
 class DevTracker:
@@ -147,7 +158,10 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
     loop (not in metrics.jsonl) unless early stopping needs it, only after the run."""
     if not configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
+    main = dist_info()[0] == 0  # under torchrun every rank trains, rank 0 alone scores and selects
     selects = selects and evaluate is not None
+    if early_stopping_patience and dist_info()[1] > 1:
+        raise BertkitError("--early-stopping-patience stops a run on rank 0's dev scores: not under torchrun")
     if not selects and (len(configs) > 1 or early_stopping_patience):
         raise BertkitError("without dev data there is nothing to choose runs or stop on: give a dev file or "
                            "--dev-fraction, or one learning rate, epoch count, batch size and seed")
@@ -165,15 +179,15 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
                                                   logging_steps=logging_steps, eval_steps=eval_steps)
         if (runs_dir is not None and evaluates_in_loop) or early_stopping_patience:
             logged.update(in_loop)
-        train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
-              weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
+        trained = train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
+                        weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
         if tracker is not None and tracker.kept is not None:
             tracker.finish(model)
             metrics, outputs = tracker.kept
         else:
-            metrics, outputs = ({}, {}) if evaluate is None else evaluate(model)
+            metrics, outputs = ({}, {}) if evaluate is None or not main else evaluate(model)
         return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)) if selects and metrics else 0.0,
-                         seconds=time.perf_counter() - start, artifacts=(model, outputs))
+                         seconds=time.perf_counter() - start, artifacts=(model, outputs), training=figures(trained))
 
     def report(result: RunResult) -> None:
         if not selects:

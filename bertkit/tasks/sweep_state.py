@@ -124,7 +124,8 @@ class SweepState:
         for path in self._result_files():
             record = json.loads(path.read_text(encoding="utf-8"))
             done[path.parent.name] = RunResult(config=record["config"], metrics=record["metrics"],
-                                               score=record["score"], seconds=record["seconds"])
+                                               score=record["score"], seconds=record["seconds"],
+                                               training=record.get("training") or {})
         if done:
             best_name = max(done, key=lambda n: done[n].score)  # ties: any, the artifacts decide below
             payload = self.load_best()
@@ -164,5 +165,5 @@ class SweepState:
         folder = self.directory / run_name(result.config)
         folder.mkdir(parents=True, exist_ok=True)
         record = {"config": result.config, "metrics": result.metrics, "score": result.score,
-                  "seconds": result.seconds}
+                  "seconds": result.seconds, "training": result.training}
         atomic_write_text(folder / "result.json", json.dumps(record, indent=1, default=float) + "\n")
