@@ -97,55 +97,143 @@ def make_evaluator(eval_source: PretrainingBatchSource, max_batches: int):
     return evaluate
 
 
-def pretrain(data: str, output: str, model_config: str | BertConfig | None = None, max_steps: int | None = None,
-             time_budget: str | float | None = None, batch_size: int | None = None, grad_accum: int = 1,
-             learning_rate: float | None = None, warmup_steps: int | None = None, warmup_ratio: float | None = None,
-             weight_decay: float | None = None, max_grad_norm: float | None = None, dropout: float | None = None,
-             masked_lm_prob: float | None = None, precision: str = "auto", seed: int = 12345,
-             logging_steps: int = 50, save_steps: int = 1000, eval_steps: int = 0, eval_data: str | None = None,
-             eval_batches: int = 20, resume: bool = False, overwrite: bool = False, nsp: bool | None = None,
-             objective: Objective | str = "mlm", mask_mix=None, masking: str | None = None,
-             phase2_data: str | None = None,
-             phase2_fraction: float = 0.1, init_from: str | None = None, device: str = "auto",
-             progress: bool | None = None, position_init: str | None = None, short_seq_length: int | None = None,
-             short_seq_fraction: float | None = None):
+@dataclasses.dataclass
+class PretrainOptions:
+    """What `bertkit pretrain` takes besides the data and the output folder: one field per flag.
+    Settings left as None come from the recipe (the paper's, or with `time_budget` the one measured
+    best for that budget, recipe.py)."""
+
+    model_config: str | BertConfig | None = None  # a size preset, a config.json, or a BertConfig
+    max_steps: int | None = None
+    time_budget: str | float | None = None  # "15m", "1h30m" or seconds: the run ends on time
+    batch_size: int | None = None  # global: per-rank batch x ranks x grad_accum
+    grad_accum: int = 1
+    learning_rate: float | None = None
+    warmup_steps: int | None = None
+    warmup_ratio: float | None = None
+    weight_decay: float | None = None
+    max_grad_norm: float | None = None
+    dropout: float | None = None  # while pre-training; the saved config keeps the paper's for fine-tuning
+    masked_lm_prob: float | None = None  # a masking rate drawn at load time (default: the data's masks)
+    precision: str = "auto"
+    seed: int = 12345
+    logging_steps: int = 50
+    save_steps: int = 1000
+    eval_steps: int = 0
+    eval_data: str | None = None  # held-out pre-training data for MLM / NSP evaluation
+    eval_batches: int = 20
+    resume: bool = False
+    overwrite: bool = False
+    nsp: bool | None = None  # False: MLM only (with objective "mlm")
+    objective: Objective | str = "mlm"  # an Objective (objectives.OBJECTIVES) or its name
+    mask_mix: str | None = None
+    masking: str | None = None  # "static" / "dynamic": the data's masking mode overridden
+    phase2_data: str | None = None
+    phase2_fraction: float = 0.1
+    init_from: str | None = None  # continue from this checkpoint (its config and vocabulary)
+    device: str = "auto"
+    progress: bool | None = None
+    position_init: str | None = None
+    short_seq_length: int | None = None
+    short_seq_fraction: float | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "PretrainOptions":
+        """The options of `bertkit pretrain`'s parsed flags (same names; --no-nsp is nsp=False)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"nsp"}
+        return cls(nsp=False if args.no_nsp else None, **{name: getattr(args, name) for name in names})
+
+
+def pretrain(data: str, output: str, options: PretrainOptions | None = None, **settings):
     """Pre-train and return the TrainResult; the model lands in `output` in the Hugging Face layout.
 
-    `objective`: an Objective (objectives.OBJECTIVES) or its name; "mlm" is MLM + NSP, or MLM only
-    with `nsp=False` (or a recipe without NSP).
-
-    Settings left as None come from the recipe: the paper's without `time_budget`, else the one
-    measured best for that budget (recipe.py). With `time_budget` the run ends on time: data
-    loading, the measuring steps, evaluations, checkpoints and the final save are inside it.
+    `options` (PretrainOptions), or its fields as keywords (`pretrain(data, out, max_steps=10)`);
+    `objective` "mlm" is MLM + NSP, or MLM only with `nsp=False` (or a recipe without NSP). With
+    `time_budget` the run ends on time: data loading, the measuring steps, evaluations, checkpoints
+    and the final save are inside it.
     """
     clock_start = time.time()
-    resolve_objective(objective)  # a bad name fails before any work
-    budget = parse_duration(time_budget) if time_budget is not None else None
-    check_not_an_input_folder(output, {"--init-from": init_from, "--train-data": data, "--eval-data": eval_data,
-                                       "--phase2-data": phase2_data})
-    if init_from is not None and model_config is not None:
-        raise BertkitError("give --init-from or --model-config, not both (the checkpoint brings its own config)")
-    if init_from is not None and position_init is not None:
-        raise BertkitError("give --init-from or --position-init, not both (the checkpoint brings its own weights)")
+    o = dataclasses.replace(options or PretrainOptions(), **settings)
+    resolve_objective(o.objective)  # a bad name fails before any work
+    budget = parse_duration(o.time_budget) if o.time_budget is not None else None
+    check_inputs(data, output, o)
     first_data = PretrainingDataset(data)
+    recipe, deviations = fit_recipe(o, first_data, budget, data)
+    objective = resolve_objective(o.objective, nsp=recipe.nsp)
+    if objective.deviation and objective.deviation not in deviations:
+        deviations.append(objective.deviation)
+    rank, world = dist_info()
+    per_rank, rest = divmod(recipe.batch_size, world * o.grad_accum)
+    if rest or per_rank < 1:
+        raise BertkitError(f"--batch-size {recipe.batch_size} must be a multiple of ranks x grad-accum = "
+                           f"{world * o.grad_accum}")
+    dataset1, phases = training_phases(data, o, recipe, objective, per_rank, budget)
+    tokenizer = data_tokenizer(dataset1)
+    set_seed(o.seed)  # the initial weights too are a function of --seed
+    model = initial_model(o, recipe, objective, dataset1, deviations, budget)
+    evaluate = evaluator(o, dataset1, objective)
+    args = TrainArgs(output_dir=output, learning_rate=recipe.learning_rate, warmup_steps=recipe.warmup_steps,
+                     warmup_ratio=recipe.warmup_ratio, min_warmup_steps=recipe.min_warmup_steps,
+                     weight_decay=recipe.weight_decay,
+                     max_grad_norm=recipe.max_grad_norm, grad_accum=o.grad_accum, precision=o.precision,
+                     device=o.device, seed=o.seed, logging_steps=o.logging_steps, save_steps=o.save_steps,
+                     eval_steps=o.eval_steps, resume=o.resume, progress=o.progress, tokenizer=tokenizer,
+                     time_budget=budget, clock_start=clock_start,
+                     existing_output="overwrite" if o.overwrite else "refuse",
+                     identity=run_identity(data, o, model, objective, recipe, budget))
+    run_record = {"data": str(data), "data_not_next_partners": dataset1.not_next_partners,
+                  "phase2_data": o.phase2_data, "eval_data": o.eval_data,
+                  "model_config": model.config.to_dict(), "recipe": dataclasses.asdict(recipe),
+                  "deviations_from_paper": deviations, "time_budget_seconds": budget, "grad_accum": o.grad_accum,
+                  "world_size": world, "objective": objective.flag, "nsp": objective.nsp, "mask_mix": o.mask_mix,
+                  "seed": o.seed, "precision": o.precision, "init_from": o.init_from}
+    result = fit(model, phases, args, evaluate=evaluate, batch_metrics=objective.batch_metrics)
+    if rank == 0:
+        # A run whose dropout was switched off for pre-training saves the paper's for fine-tuning.
+        restore = PAPER.dropout if (o.dropout is not None or budget or o.init_from) else None
+        finish_output(Path(output), model, restore, recipe, deviations, result, run_record)
+    return result
+
+
+def check_inputs(data: str, output: str, o: PretrainOptions) -> None:
+    """No output folder that is an input; --init-from brings its own config and weights."""
+    check_not_an_input_folder(output, {"--init-from": o.init_from, "--train-data": data, "--eval-data": o.eval_data,
+                                       "--phase2-data": o.phase2_data})
+    if o.init_from is not None and o.model_config is not None:
+        raise BertkitError("give --init-from or --model-config, not both (the checkpoint brings its own config)")
+    if o.init_from is not None and o.position_init is not None:
+        raise BertkitError("give --init-from or --position-init, not both (the checkpoint brings its own weights)")
+
+
+def fit_recipe(o: PretrainOptions, first_data: PretrainingDataset, budget: float | None, data: str):
+    """The recipe (the options given, the rest the paper's or the budget's) fitted to the data, and its
+    deviations from the paper: a short-sequence phase only where the data can be cut shorter."""
+    model_config = o.model_config
     recipe, deviations = resolve_recipe(dict(
         model_config=model_config if isinstance(model_config, str) or model_config is None else
-        f"custom ({model_config.num_hidden_layers} layers x {model_config.hidden_size})", batch_size=batch_size,
-        learning_rate=learning_rate, warmup_steps=warmup_steps, warmup_ratio=warmup_ratio, max_steps=max_steps,
-        weight_decay=weight_decay, max_grad_norm=max_grad_norm, dropout=dropout, masked_lm_prob=masked_lm_prob,
-        nsp=nsp, position_init=position_init, short_seq_length=short_seq_length,
-        short_seq_fraction=short_seq_fraction), budget, vocab_size=first_data.vocab_size)
+        f"custom ({model_config.num_hidden_layers} layers x {model_config.hidden_size})", batch_size=o.batch_size,
+        learning_rate=o.learning_rate, warmup_steps=o.warmup_steps, warmup_ratio=o.warmup_ratio,
+        max_steps=o.max_steps, weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm, dropout=o.dropout,
+        masked_lm_prob=o.masked_lm_prob, nsp=o.nsp, position_init=o.position_init,
+        short_seq_length=o.short_seq_length, short_seq_fraction=o.short_seq_fraction), budget,
+        vocab_size=first_data.vocab_size)
     if recipe.fitted_to_vocab_size:
         log.info(next(d for d in deviations if d.startswith("batch halved")))
-    if init_from is not None:  # a continued run starts from the checkpoint's weights, whatever the recipe's init
+    if o.init_from is not None:  # a continued run starts from the checkpoint's weights, whatever the recipe's init
         recipe = dataclasses.replace(recipe, position_init=PAPER.position_init)
         deviations = deviations_from_paper(recipe, budget)
+    return fit_short_phase(o, recipe, deviations, first_data, budget, data)
+
+
+def fit_short_phase(o: PretrainOptions, recipe, deviations: list[str], first_data: PretrainingDataset,
+                    budget: float | None, data: str):
+    """The recipe's short-sequence phase, kept only where the data's pairs can be cut shorter."""
     longest = first_data.max_seq_length
-    static = objective == "mlm" and recipe.masked_lm_prob is None and (masking or first_data.masking) == "static"
+    static = o.objective == "mlm" and recipe.masked_lm_prob is None and (o.masking or first_data.masking) == "static"
     if recipe.short_seq_length and static and recipe.short_seq_length < longest:
         # Cutting pairs shorter puts masked tokens back, so a short phase needs masks drawn at load time.
-        if short_seq_length is not None:
-            raise BertkitError(f"--short-seq-length {short_seq_length} cuts pairs shorter, which needs dynamic "
+        if o.short_seq_length is not None:
+            raise BertkitError(f"--short-seq-length {o.short_seq_length} cuts pairs shorter, which needs dynamic "
                                "masking: this data stores static masks; add --masking dynamic", path=data)
         # The budget recipe fits the data it is given: no short phase, said in the log and the config.
         log.info("the data stores static masks, which a shorter cut would undo: the recipe's short-sequence phase "
@@ -154,8 +242,8 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         deviations = deviations_from_paper(recipe, budget)
         deviations.append("the budget recipe's short-sequence phase skipped: the data stores static masks")
     if recipe.short_seq_length and recipe.short_seq_length >= longest:
-        if short_seq_length is not None:
-            raise BertkitError(f"--short-seq-length {short_seq_length} cuts nothing: the data's pairs are at most "
+        if o.short_seq_length is not None:
+            raise BertkitError(f"--short-seq-length {o.short_seq_length} cuts nothing: the data's pairs are at most "
                                f"{longest} tokens", path=data)
         # The recipe's short phase has nothing to cut in this data: no phase, and no deviation to name.
         log.info("the data's pairs are at most %d tokens: no short-sequence phase", longest)
@@ -163,22 +251,19 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         deviations = deviations_from_paper(recipe, budget)
     if recipe.short_seq_length and not 0 < recipe.short_seq_fraction < 1:
         raise BertkitError("--short-seq-length needs --short-seq-fraction between 0 and 1")
-    if short_seq_fraction is not None and not recipe.short_seq_length:
+    if o.short_seq_fraction is not None and not recipe.short_seq_length:
         raise BertkitError("--short-seq-fraction needs --short-seq-length")
-    objective = resolve_objective(objective, nsp=recipe.nsp)
-    nsp = objective.nsp
-    if objective.deviation and objective.deviation not in deviations:
-        deviations.append(objective.deviation)
+    return recipe, deviations
+
+
+def training_phases(data: str, o: PretrainOptions, recipe, objective: Objective, per_rank: int,
+                    budget: float | None) -> tuple[PretrainingDataset, list[Phase]]:
+    """Phase 1's data (and its batch source), the recipe's short-sequence phase before it and
+    --phase2-data after it, as the loop's phases."""
     rank, world = dist_info()
-    per_rank, rest = divmod(recipe.batch_size, world * grad_accum)
-    if rest or per_rank < 1:
-        raise BertkitError(f"--batch-size {recipe.batch_size} must be a multiple of ranks x grad-accum = "
-                           f"{world * grad_accum}")
-    source_options = dict(objective=objective, mask_mix=mask_mix, masking=masking)
-    train_options = dict(source_options)
+    train_options = dict(objective=objective, mask_mix=o.mask_mix, masking=o.masking)
     if recipe.masked_lm_prob is not None:
-        train_options.update(masking="dynamic", masked_lm_prob=recipe.masked_lm_prob,
-                             max_predictions=None)
+        train_options.update(masking="dynamic", masked_lm_prob=recipe.masked_lm_prob, max_predictions=None)
 
     def source(directory, seed_offset=0):
         dataset = PretrainingDataset(directory)
@@ -186,76 +271,68 @@ def pretrain(data: str, output: str, model_config: str | BertConfig | None = Non
         if recipe.masked_lm_prob is not None:  # room for the extra predictions a higher rate makes
             options["max_predictions"] = max(dataset.max_predictions,
                                              math.ceil(dataset.max_seq_length * recipe.masked_lm_prob))
-        return dataset, PretrainingBatchSource(dataset, per_rank, seed + seed_offset, rank=rank, world_size=world,
+        return dataset, PretrainingBatchSource(dataset, per_rank, o.seed + seed_offset, rank=rank, world_size=world,
                                                **options)
 
     dataset1, source1 = source(data)
     phases = []  # (source, name, share of all steps)
     if recipe.short_seq_length:
-        short = PretrainingBatchSource(dataset1, per_rank, seed + 2, rank=rank, world_size=world,
+        short = PretrainingBatchSource(dataset1, per_rank, o.seed + 2, rank=rank, world_size=world,
                                        max_length=recipe.short_seq_length, **train_options)
         phases.append((short, f"short sequences (len {recipe.short_seq_length})", recipe.short_seq_fraction))
     phases.append((source1, f"phase1 (len {dataset1.max_seq_length})", None))
-    if phase2_data:
-        if not 0 < phase2_fraction < 1:
+    if o.phase2_data:
+        if not 0 < o.phase2_fraction < 1:
             raise BertkitError("--phase2-fraction must be between 0 and 1")
-        dataset2, source2 = source(phase2_data, seed_offset=1)
+        dataset2, source2 = source(o.phase2_data, seed_offset=1)
         if dataset2.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
             raise BertkitError("phase-2 data was built with a different vocabulary than phase-1 data",
-                               path=phase2_data)
-        phases.append((source2, f"phase2 (len {dataset2.max_seq_length})", phase2_fraction))
-    phases = split_phases(phases, None if budget else recipe.max_steps)
+                               path=o.phase2_data)
+        phases.append((source2, f"phase2 (len {dataset2.max_seq_length})", o.phase2_fraction))
+    return dataset1, split_phases(phases, None if budget else recipe.max_steps)
 
-    tokenizer = data_tokenizer(dataset1)
-    set_seed(seed)  # the initial weights too are a function of --seed
-    if init_from is not None:
-        model, config = continued_model(init_from, dataset1, objective, recipe.dropout)
-        deviations.append(f"continued from {init_from}")
-    else:
-        config = model_config if isinstance(model_config, BertConfig) else BertConfig.from_name_or_file(
-            recipe.model_config)
-        config = objective.configure(config.replace(vocab_size=dataset1.vocab_size, pad_token_id=dataset1.pad_id))
-        if dropout is not None or budget:  # else a given config.json keeps its own dropout
-            config = config.replace(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
-        model = objective.build_model(config)
-        if recipe.position_init == "sinusoidal":
-            sinusoidal_positions_(model.bert.embeddings.position_embeddings, config.initializer_range)
-        elif recipe.position_init == "neighbours":
-            neighbour_heads_(model, config.initializer_range, cls_token_id=dataset1.cls_id)
-    evaluate = None
-    if eval_data:
-        eval_dataset = PretrainingDataset(eval_data)
-        if eval_dataset.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
-            raise BertkitError("--eval-data was built with a different vocabulary than --train-data", path=eval_data)
-        eval_source = PretrainingBatchSource(eval_dataset, min(64, max(1, len(eval_dataset))), seed=0,
-                                             drop_last=False, **source_options)
-        evaluate = make_evaluator(eval_source, eval_batches)
 
-    identity = {"data": str(Path(data).resolve()), "phase2_data": str(Path(phase2_data).resolve()) if phase2_data
-                else None, "model": {k: v for k, v in model.config.to_dict().items() if k != "architectures"},
-                "seed": seed, "objective": objective.flag, "nsp": nsp, "batch_size": recipe.batch_size,
-                "learning_rate": recipe.learning_rate, "time_budget": budget, "max_steps": recipe.max_steps,
-                "init_from": str(init_from) if init_from else None}
-    args = TrainArgs(output_dir=output, learning_rate=recipe.learning_rate, warmup_steps=recipe.warmup_steps,
-                     warmup_ratio=recipe.warmup_ratio, min_warmup_steps=recipe.min_warmup_steps,
-                     weight_decay=recipe.weight_decay,
-                     max_grad_norm=recipe.max_grad_norm, grad_accum=grad_accum, precision=precision, device=device,
-                     seed=seed, logging_steps=logging_steps, save_steps=save_steps, eval_steps=eval_steps,
-                     resume=resume, progress=progress, tokenizer=tokenizer, time_budget=budget,
-                     clock_start=clock_start, existing_output="overwrite" if overwrite else "refuse",
-                     identity=identity)
-    run_record = {"data": str(data), "data_not_next_partners": dataset1.not_next_partners,
-                  "phase2_data": phase2_data, "eval_data": eval_data,
-                  "model_config": model.config.to_dict(), "recipe": dataclasses.asdict(recipe),
-                  "deviations_from_paper": deviations, "time_budget_seconds": budget, "grad_accum": grad_accum,
-                  "world_size": world, "objective": objective.flag, "nsp": nsp, "mask_mix": mask_mix, "seed": seed,
-                  "precision": precision, "init_from": init_from}
-    result = fit(model, phases, args, evaluate=evaluate, batch_metrics=objective.batch_metrics)
-    if rank == 0:
-        # A run whose dropout was switched off for pre-training saves the paper's for fine-tuning.
-        restore = PAPER.dropout if (dropout is not None or budget or init_from) else None
-        finish_output(Path(output), model, restore, recipe, deviations, result, run_record)
-    return result
+def initial_model(o: PretrainOptions, recipe, objective: Objective, dataset1: PretrainingDataset,
+                  deviations: list[str], budget: float | None):
+    """The model to pre-train: --init-from's checkpoint, or the recipe's config at the data's vocabulary
+    with the recipe's position initialisation (the caller has set the seed)."""
+    if o.init_from is not None:
+        model, _ = continued_model(o.init_from, dataset1, objective, recipe.dropout)
+        deviations.append(f"continued from {o.init_from}")
+        return model
+    config = o.model_config if isinstance(o.model_config, BertConfig) else BertConfig.from_name_or_file(
+        recipe.model_config)
+    config = objective.configure(config.replace(vocab_size=dataset1.vocab_size, pad_token_id=dataset1.pad_id))
+    if o.dropout is not None or budget:  # else a given config.json keeps its own dropout
+        config = config.replace(hidden_dropout_prob=recipe.dropout, attention_probs_dropout_prob=recipe.dropout)
+    model = objective.build_model(config)
+    if recipe.position_init == "sinusoidal":
+        sinusoidal_positions_(model.bert.embeddings.position_embeddings, config.initializer_range)
+    elif recipe.position_init == "neighbours":
+        neighbour_heads_(model, config.initializer_range, cls_token_id=dataset1.cls_id)
+    return model
+
+
+def evaluator(o: PretrainOptions, dataset1: PretrainingDataset, objective: Objective):
+    """Held-out MLM / NSP evaluation on --eval-data (None without it)."""
+    if not o.eval_data:
+        return None
+    eval_dataset = PretrainingDataset(o.eval_data)
+    if eval_dataset.manifest["vocab"]["sha256"] != dataset1.manifest["vocab"]["sha256"]:
+        raise BertkitError("--eval-data was built with a different vocabulary than --train-data", path=o.eval_data)
+    eval_source = PretrainingBatchSource(eval_dataset, min(64, max(1, len(eval_dataset))), seed=0,
+                                         drop_last=False, objective=objective, mask_mix=o.mask_mix,
+                                         masking=o.masking)
+    return make_evaluator(eval_source, o.eval_batches)
+
+
+def run_identity(data: str, o: PretrainOptions, model, objective: Objective, recipe, budget: float | None) -> dict:
+    """What a resumed run must have been started with (checked against its checkpoint)."""
+    return {"data": str(Path(data).resolve()), "phase2_data": str(Path(o.phase2_data).resolve()) if o.phase2_data
+            else None, "model": {k: v for k, v in model.config.to_dict().items() if k != "architectures"},
+            "seed": o.seed, "objective": objective.flag, "nsp": objective.nsp, "batch_size": recipe.batch_size,
+            "learning_rate": recipe.learning_rate, "time_budget": budget, "max_steps": recipe.max_steps,
+            "init_from": str(o.init_from) if o.init_from else None}
 
 
 def data_tokenizer(dataset: PretrainingDataset) -> BertTokenizer:
@@ -371,19 +448,7 @@ def run_from_args(args) -> int:
             raise BertkitError("vocabulary file not found", path=str(vocab_path))
         if vocab_path.read_bytes() != data_vocab:
             raise BertkitError("--vocab differs from the vocabulary the data was built with", path=str(vocab_path))
-    result = pretrain(
-        data=args.train_data, output=args.output, model_config=args.model_config, max_steps=args.max_steps,
-        time_budget=args.time_budget, batch_size=args.batch_size, grad_accum=args.grad_accum,
-        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps, warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, dropout=args.dropout,
-        masked_lm_prob=args.masked_lm_prob, precision=args.precision, seed=args.seed,
-        logging_steps=args.logging_steps, save_steps=args.save_steps, eval_steps=args.eval_steps,
-        eval_data=args.eval_data, eval_batches=args.eval_batches, resume=args.resume, overwrite=args.overwrite,
-        nsp=False if args.no_nsp else None, objective=args.objective, mask_mix=args.mask_mix,
-        masking=args.masking, phase2_data=args.phase2_data, phase2_fraction=args.phase2_fraction,
-        init_from=args.init_from, device=args.device, progress=args.progress, position_init=args.position_init,
-        short_seq_length=args.short_seq_length, short_seq_fraction=args.short_seq_fraction,
-    )
+    result = pretrain(args.train_data, args.output, PretrainOptions.from_args(args))
     rank, _ = dist_info()
     if rank == 0:
         final = result.eval_history[-1] if result.eval_history else result.last_logs
@@ -393,4 +458,4 @@ def run_from_args(args) -> int:
     return 0
 
 
-__all__ = ["pretrain", "build_pretraining_model", "make_evaluator"]
+__all__ = ["pretrain", "PretrainOptions", "build_pretraining_model", "make_evaluator"]
