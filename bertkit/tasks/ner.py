@@ -45,8 +45,9 @@ from .results import TaskResult, summarize
 from .runner import RunSettings
 from .runs import RunResult
 from .task import Defaults, Runtime, Splits, Task
-from .conll_data import (TAG_SCHEMES, ConllData, Sentence, _group_by_document, detect_scheme, find_conll_files, label_list, ner_features,
-                         read_conll, to_iob1, to_iob2, to_scheme, word_pieces, write_predictions)
+from .conll_data import (TAG_SCHEMES, ConllData, Sentence, _group_by_document, detect_scheme, find_conll_files,
+                         label_list, ner_features, read_conll, to_iob1, to_iob2, to_scheme, word_pieces,
+                         write_predictions)
 from .ner_features import train_feature_based_ner
 
 log = logging.getLogger("bertkit")
@@ -134,7 +135,8 @@ class NerTask(Task):
 
     def read(self, skip_bad_rows: bool) -> Splits:
         if self.data is None:
-            self.data = {split: read_conll(path, skip_bad_rows) for split, path in find_conll_files(self.data_dir).items()}
+            files = find_conll_files(self.data_dir)
+            self.data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
         sentences = {split: d.sentences for split, d in self.data.items()}
         return Splits(sentences["train"], sentences.get("valid"),
                       reported={"test": sentences["test"]} if "test" in sentences else {})
@@ -184,7 +186,8 @@ class NerTask(Task):
         return {"files": {split: str(d.path) for split, d in self.data.items()},
                 "tag_scheme": {"file": file_scheme, "training": "IOB2" if self.converts_to_iob2 else file_scheme},
                 "labels": self.labels, "do_lower_case": runtime.tokenizer.do_lower_case,
-                "doc_context": self.doc_context, "precision": resolve_precision(runtime.precision, pick_device(runtime.device)),
+                "doc_context": self.doc_context,
+                "precision": resolve_precision(runtime.precision, pick_device(runtime.device)),
                 "sentences": {SPLIT_FILES.get(k, k): len(v) for k, v in splits.named().items()},
                 "documents": {split: d.num_documents for split, d in self.data.items()},
                 "windows": {SPLIT_FILES.get(k, k): len(v) for k, v in features.items()},

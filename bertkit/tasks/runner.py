@@ -187,11 +187,13 @@ def sweep(task: Task, model_dir, used: Splits, features: dict, runtime: Runtime,
                 **task.identity(used)}
     if s.grad_accum != 1:
         identity["grad_accum"] = s.grad_accum
-    return run_protocol(configs, build_model, features["train"], evaluate if used.dev is not None or used.reported else None,
+    scored = used.dev is not None or used.reported
+    return run_protocol(configs, build_model, features["train"], evaluate if scored else None,
                         score=task.select, precision=s.precision, device=s.device, warmup_ratio=s.warmup_ratio,
                         weight_decay=s.weight_decay, pad_token_id=runtime.tokenizer.pad_token_id, label=task.label,
-                        train=functools.partial(train_one, grad_accum=s.grad_accum, progress=s.progress, phase=task.phase,
-                                                save_steps=s.save_steps, resume=s.resume, tokenizer=runtime.tokenizer),
+                        train=functools.partial(train_one, grad_accum=s.grad_accum, progress=s.progress,
+                                                phase=task.phase, save_steps=s.save_steps, resume=s.resume,
+                                                tokenizer=runtime.tokenizer),
                         runs_dir=None if out is None else out / "runs", logging_steps=s.logging_steps,
                         eval_steps=s.eval_steps, resume=s.resume, identity=identity,
                         early_stopping_patience=s.early_stopping_patience, selects=used.dev is not None,

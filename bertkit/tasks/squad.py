@@ -44,9 +44,10 @@ for training and drops every dev article with one of those titles. Any v2.0-form
 `SquadTask` is the task object (tasks/task.py) the runner runs (`finetune question-answering` on a
 user's files; `SquadRunTask`, `finetune squad`, adds the article split and writes the run's record as
 results.json): read = `read_squad`, featurize = `squad_windows`, HEAD = BertForQuestionAnswering,
-postprocess = `postprocess_predictions`, score = `score_predictions`, finetune = `finetune_squad`, predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit
-evaluate squad`), all -> TaskResult (the official scripts report percent; the TaskResult's metrics
-are fractions, its document keeps the official numbers). The fine-tuned model is saved in OUTPUT/model.
+postprocess = `postprocess_predictions`, score = `score_predictions`, finetune = `finetune_squad`,
+predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit evaluate squad`), all ->
+TaskResult (the official scripts report percent; the TaskResult's metrics are fractions, its
+document keeps the official numbers). The fine-tuned model is saved in OUTPUT/model.
 """
 
 from __future__ import annotations
@@ -336,7 +337,8 @@ class SquadTask(Task):
                               max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold)
         self.search_null_threshold = search_null_threshold
         self.article_split, self.unanswered_dev = (article_split_fraction, split_seed), unanswered_dev
-        self.is_v2, self.windows, self.has_answers, self.split_record = False, None, True, None  # known once read / encoded
+        # known once read / encoded
+        self.is_v2, self.windows, self.has_answers, self.split_record = False, None, True, None
         self.eval_subset_seed = eval_subset_seed  # None: dev is sampled with the runner's subset seed
 
     def read(self, skip_bad_rows: bool) -> Splits:
@@ -402,7 +404,8 @@ class SquadTask(Task):
                 "train_skipped_unrecoverable": len(self.windows.skipped_unrecoverable), **self.answering}
 
     def identity(self, splits: Splits) -> dict:
-        return {"doc_stride": self.answering["doc_stride"], "dev_questions": 0 if splits.dev is None else len(splits.dev)}
+        return {"doc_stride": self.answering["doc_stride"],
+                "dev_questions": 0 if splits.dev is None else len(splits.dev)}
 
     def best_details(self, outputs: dict) -> dict:
         """The best run's official metrics, in the official scripts' percent."""

@@ -90,7 +90,8 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
                      logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
                      save_final_model=False, progress=progress, save_steps=save_steps, resume=resume,
                      tokenizer=tokenizer)
-    return fit(model, Phase(source, epochs=config["epochs"], name=phase), args, evaluate=evaluate, stop_after_eval=stop_after_eval)
+    return fit(model, Phase(source, epochs=config["epochs"], name=phase), args, evaluate=evaluate,
+               stop_after_eval=stop_after_eval)
 
 
 def figures(trained) -> dict:
@@ -186,7 +187,8 @@ def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module]
             metrics, outputs = tracker.kept
         else:
             metrics, outputs = ({}, {}) if evaluate is None or not main else evaluate(model)
-        return RunResult(config=dict(config), metrics=metrics, score=float(score(metrics)) if selects and metrics else 0.0,
+        return RunResult(config=dict(config), metrics=metrics,
+                         score=float(score(metrics)) if selects and metrics else 0.0,
                          seconds=time.perf_counter() - start, artifacts=(model, outputs), training=figures(trained))
 
     def report(result: RunResult) -> None:

@@ -177,7 +177,8 @@ def test_conll_ner_runs_through_the_runner_and_resumes(base_model, tmp_path, cap
     assert not hasattr(ner, "run_sweep") and issubclass(ner.NerTask, ner.Task)
     data = tmp_path / "conll"
     data.mkdir()
-    sentence = "-DOCSTART- -X- O O\n\nTake X X O\naspirin X X B-DRUG\n\nStop X X O\nibuprofen X X B-DRUG\nsodium X X I-DRUG\n\n"
+    sentence = ("-DOCSTART- -X- O O\n\nTake X X O\naspirin X X B-DRUG\n\n"
+                "Stop X X O\nibuprofen X X B-DRUG\nsodium X X I-DRUG\n\n")
     for split, copies in (("train", 3), ("valid", 1), ("test", 1)):
         (data / f"{split}.txt").write_text(sentence * copies, encoding="utf-8")
     out = tmp_path / "out"
@@ -189,7 +190,8 @@ def test_conll_ner_runs_through_the_runner_and_resumes(base_model, tmp_path, cap
     assert all({"f1", "accuracy"} <= set(r["dev"]) and {"f1", "accuracy"} <= set(r["test"]) for r in results["runs"])
     best = max(results["runs"], key=lambda r: r["dev"]["f1"])
     assert results["best"]["dev"] == best["dev"] and results["best"]["test"] == best["test"]
-    assert results["sentences"] == {"train": 6, "valid": 2, "test": 2} and results["labels"] == ["O", "B-DRUG", "I-DRUG"]
+    assert results["sentences"] == {"train": 6, "valid": 2, "test": 2}
+    assert results["labels"] == ["O", "B-DRUG", "I-DRUG"]
     assert {"dev_f1", "test_f1"} <= set(results["summary"][0])
     for run in ("lr0.001_ep1_bs4_seed42", "lr0.0001_ep1_bs4_seed42"):
         assert (out / "runs" / run / "result.json").is_file()
