@@ -45,7 +45,7 @@ from .results import TaskResult, summarize
 from .runner import RunSettings
 from .runs import RunResult
 from .task import Defaults, Runtime, Splits, Task
-from .conll_data import (TAG_SCHEMES, ConllData, Sentence, _group_by_document, detect_scheme, find_conll_files,
+from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files,
                          label_list, ner_features, read_conll, to_iob1, to_iob2, to_scheme, word_pieces,
                          write_predictions)
 from .ner_features import train_feature_based_ner
@@ -86,21 +86,21 @@ def predict_ner(model, tokenizer, sentences: Sequence[Sentence], max_seq_length:
     return [to_scheme(row, scheme) for row in predicted]
 
 
-def _limit(sentences: Sequence[Sentence], n: int | None, seed: int | None = None) -> Sequence[Sentence]:
+def _limit(data: ConllData, n: int | None, seed: int | None = None) -> list[Sentence]:
     """The first n sentences, or (with a seed) whole documents drawn in a seeded random order until
     n sentences, the last one cut, kept in file order: documents stay together for doc_context."""
-    if seed is None or n is None or n >= len(sentences):
-        return subsample(sentences, n, contiguous=True)
+    if seed is None or n is None or n >= len(data.sentences):
+        return subsample(data.sentences, n, contiguous=True)
     if n <= 0:
         raise BertkitError(f"the example limit must be positive, not {n}")
-    documents = _group_by_document(sentences)
+    documents = data.documents()
     random.Random(seed).shuffle(documents)
     keep: list[int] = []
     for document in documents:
         keep += document[: n - len(keep)]
         if len(keep) == n:
             break
-    return [sentences[i] for i in sorted(keep)]
+    return [data.sentences[i] for i in sorted(keep)]
 
 
 # ---------------------------------------------------------------- the task (run by tasks/runner.py)
@@ -141,9 +141,12 @@ class NerTask(Task):
         return Splits(sentences["train"], sentences.get("valid"),
                       reported={"test": sentences["test"]} if "test" in sentences else {})
 
+    def tokenizer(self, model_dir):
+        return load_tokenizer(model_dir, self.cased)
+
     def limit(self, splits: Splits, max_train, max_eval, seed) -> Splits:
         first = functools.partial(subsample, contiguous=True)  # whole documents stay together for doc_context
-        return dataclasses.replace(splits, train=_limit(splits.train, max_train, self.subset_seed),
+        return dataclasses.replace(splits, train=_limit(self.data["train"], max_train, self.subset_seed),
                                    dev=None if splits.dev is None else first(splits.dev, max_eval),
                                    reported={k: first(v, max_eval) for k, v in splits.reported.items()})
 

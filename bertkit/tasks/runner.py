@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import BertkitError
-from ..hub.checkpoints import load_tokenizer
 from ..outputs import write_json
 from ..train.loop import dist_info
 from .arguments import FINETUNE_DROPOUT, dropout_overrides
-from .examples import Examples
+from .examples import Examples, subsample
 from .results import TaskResult, publish_best_metrics
 from .runs import config_text, grid
 from .sweep import run_protocol, train_one
@@ -126,9 +125,9 @@ def finetune(task: Task, model_dir, output_dir=None, settings: RunSettings | Non
         raise BertkitError("no dev set: give a dev file or --dev-fraction to hold out part of the train file")
     if splits.dev is None and (len(configs) > 1 or s.early_stopping_patience):
         raise BertkitError(NO_DEV_TO_CHOOSE)
-    tokenizer = load_tokenizer(model_dir, task.cased)
+    tokenizer = task.tokenizer(model_dir)
     runtime = Runtime(tokenizer, s.eval_batch_size, s.precision, s.max_seq_length, s.device)
-    used = task.limit(splits, s.max_train_examples, s.max_eval_examples, s.subset_seed)
+    used = quick_subsets(task, splits, s)
     features = encode_splits(task, used, tokenizer, s.max_seq_length)
     log.info(f"{task.label}: {task.describe(used, features['train'])}, {len(configs)} run(s) (grid x seeds), "
              f"max length {s.max_seq_length}" + ("" if used.dev is not None else "; no dev data: no selection"))
@@ -145,6 +144,16 @@ def finetune(task: Task, model_dir, output_dir=None, settings: RunSettings | Non
         write_best(task, best, out, results, used, runtime)
         result.output_dir, result.model_dir = str(out), str(out / "model")
     return result
+
+
+def quick_subsets(task: Task, splits: Splits, s: RunSettings) -> Splits:
+    """--max-train-examples / --max-eval-examples: the task's rule, else a seeded random sample of
+    train and of dev (every run of the sweep sees the same)."""
+    limited = task.limit(splits, s.max_train_examples, s.max_eval_examples, s.subset_seed)
+    if limited is not None:
+        return limited
+    dev = None if splits.dev is None else subsample(splits.dev, s.max_eval_examples, s.subset_seed)
+    return dataclasses.replace(splits, train=subsample(splits.train, s.max_train_examples, s.subset_seed), dev=dev)
 
 
 def encode_splits(task: Task, used: Splits, tokenizer, max_seq_length: int) -> dict:

@@ -374,8 +374,12 @@ class SquadTask(Task):
     def limit(self, splits: Splits, max_train, max_eval, seed) -> Splits:
         # A learning curve draws each seed's training subset but scores every run on one dev subset.
         eval_seed = seed if self.eval_subset_seed is None else self.eval_subset_seed
-        return dataclasses.replace(super().limit(splits, max_train, None, seed),
+        train = subsample(splits.train, max_train, seed)
+        return dataclasses.replace(splits, train=train,
                                    dev=None if splits.dev is None else subsample(splits.dev, max_eval, eval_seed))
+
+    def tokenizer(self, model_dir):
+        return model_tokenizer(model_dir)
 
     def encode(self, examples, tokenizer, max_seq_length: int):
         self.windows = training_windows(examples, tokenizer, max_seq_length, self.answering["doc_stride"],

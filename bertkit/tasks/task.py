@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..inference.batching import predict_batches
-from .examples import subsample
+from ..hub.checkpoints import model_tokenizer
 from .results import results_document, write_predictions
 from .runs import RunResult
 from .sweep import predict_precision
@@ -92,15 +92,18 @@ class Task:
     defaults: Defaults
     output_subdir: str = ""  # under --output (GLUE: the task's folder, so that several tasks share one)
     requires_dev: bool = False  # a benchmark's protocol selects on dev: no dev data is an error, not one run
-    cased: bool | None = None  # --cased / --uncased: overrides the model's do_lower_case
     phase: str = "train"  # how metrics.jsonl names the training phase
     evaluates_in_loop: bool = True  # dev in each run's metrics.jsonl (False: scored after the run only,
     # and each epoch with early stopping)
 
-    def limit(self, splits: Splits, max_train: int | None, max_eval: int | None, seed: int) -> Splits:
-        """The quick-run subsets: a seeded random sample of train and of dev (every run sees the same)."""
-        dev = None if splits.dev is None else subsample(splits.dev, max_eval, seed)
-        return dataclasses.replace(splits, train=subsample(splits.train, max_train, seed), dev=dev)
+    def tokenizer(self, model_dir):
+        """The model folder's tokenizer (a task with --cased / --uncased overrides its do_lower_case)."""
+        return model_tokenizer(model_dir)
+
+    def limit(self, splits: Splits, max_train: int | None, max_eval: int | None, seed: int) -> Splits | None:
+        """The quick-run subsets (--max-train-examples / --max-eval-examples) by the task's own rule;
+        None: the runner's, a seeded random sample of train and of dev (every run sees the same)."""
+        return None
 
     def read(self, skip_bad_rows: bool) -> Splits:
         raise NotImplementedError
