@@ -3,6 +3,9 @@ and attention by length bucket (attention_bucket, kernels/attention.py): each wi
 path it replaces (fp32), MKL's pack usable at every row count, the pack remade when the weights
 change, the usual Linear wherever packing does not apply (gradients), gradients through buckets."""
 
+import copy
+from unittest import mock
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +13,10 @@ import torch.nn.functional as F
 import bertkit
 from bertkit import BertConfig, kernels
 from bertkit.errors import BertkitError
+from bertkit.device import CpuFeatures
 from bertkit.kernels import KernelOptions
+from bertkit.kernels.options import PACKED_WEIGHTS_BY_CLASS, default_packed_weights
+from bertkit.kernels.packed import has_pack
 
 has_mkl = torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")
 MODES = [pytest.param("mkl", marks=pytest.mark.skipif(not has_mkl, reason="torch built without MKL")),
@@ -60,14 +66,14 @@ def test_mkl_pack_serves_every_row_count(inputs, outputs):
 @pytest.mark.parametrize("onednn_linear", ["never", "inference"])
 def test_packed_model_matches_the_plain_path(mode, onednn_linear):
     """Unpadded and padded batches, fused QKV and GELU: within 1e-5 of the same model unpacked."""
-    base = kernels.options.replace(onednn_linear=onednn_linear, unpad="auto", unpad_multiple=8)
+    base = kernels.options.replace(onednn_linear=onednn_linear, unpad="auto", unpad_multiple=8, packed_weights="none")
     model = small_model(base)
     batches = [padded_batch([40, 3, 17, 29, 1, 40, 8]), padded_batch([12, 12, 12])]
     with torch.no_grad():
         reference = [model(**b).last_hidden_state for b in batches]
         model.hold_kernels(base.replace(packed_weights=mode))
         packed = [model(**b).last_hidden_state for b in batches]
-    assert "_packed_weights" in model.encoder.layer[0].attention.self.query.__dict__  # the packed route ran
+    assert has_pack(model.encoder.layer[0].attention.self.query)  # the packed route ran
     for b, ours, ref in zip(batches, packed, reference):
         real = b["attention_mask"].bool()
         assert float((ours[real] - ref[real]).abs().max()) <= 1e-5
@@ -92,7 +98,33 @@ def test_gradients_take_the_usual_route(mode):
     batch = padded_batch([20, 9, 33])
     model(**batch).last_hidden_state.sum().backward()
     assert model.encoder.layer[0].intermediate.dense.weight.grad is not None
-    assert "_packed_weights" not in model.encoder.layer[0].intermediate.dense.__dict__
+    assert not has_pack(model.encoder.layer[0].intermediate.dense)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_model_that_has_run_packed_copies_and_pickles(mode, tmp_path):
+    """The packs (oneDNN's are opaque tensors without storage) are kept beside the module, so
+    deepcopy and torch.save of a model that has run copy its parameters and nothing else."""
+    model = small_model(kernels.options.replace(packed_weights=mode))
+    batch = padded_batch([20, 9, 33])
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ours = model(**batch).last_hidden_state
+        twin = copy.deepcopy(model)
+        assert not has_pack(twin.encoder.layer[0].attention.self.query)
+        assert torch.equal(twin(**batch).last_hidden_state[real], ours[real])
+        torch.save(model, tmp_path / "model.pt")
+        loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+        assert torch.equal(loaded(**batch).last_hidden_state[real], ours[real])
+
+
+def test_packed_weights_default_per_cpu_class():
+    """oneDNN packs by default on the class where they measured faster, nowhere else yet."""
+    assert PACKED_WEIGHTS_BY_CLASS == {"avx2": "onednn"}
+    for cpu_class, expected in (("avx2", "onednn"), ("avx512", "none"), ("avx512-bf16", "none"), ("other", "none")):
+        features = mock.Mock(spec=CpuFeatures, cpu_class=cpu_class)
+        assert default_packed_weights(features) == (expected if torch.backends.mkldnn.is_available() else "none")
+    assert KernelOptions.plain().packed_weights == "none"
 
 
 def test_packed_weights_values_are_checked():

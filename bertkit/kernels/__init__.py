@@ -10,9 +10,9 @@ model.py says what BERT computes; this package supplies, through things chosen o
   `project_qkv` (query, key and value as one GEMM) and `linear_act` (the exact GELU as the
   GEMM's post-op in inference);
 * `Dropout` (an nn.Dropout drawing CPU masks from half as many random draws).
-* `packed.py`: fp32 inference Linears from weights packed once for MKL or oneDNN (a lever under
-  measurement, off by default: `packed_weights`; likewise `attention_bucket`, packed attention by
-  groups of similar length).
+* `packed.py`: fp32 inference Linears from weights packed once for MKL or oneDNN (`packed_weights`,
+  on by default where it measured faster: oneDNN on the AVX2 class); `attention_bucket`, packed
+  attention by groups of similar length, is a lever under measurement, off by default.
 
 Which of them run is a `KernelOptions` value the model holds from its construction
 (`BertModel(config, kernels=...)`, `from_pretrained(..., kernels=...)`; the default per CPU class:

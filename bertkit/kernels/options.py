@@ -54,6 +54,19 @@ FP32_LINEAR_BY_CLASS = {
 }
 
 
+# fp32 inference weights packed once for oneDNN (kernels/packed.py), per class, from
+# `benchmarks/bench_engines.py --levers` (alternated against the stock path, 8 rounds each): on the
+# AVX2 EPYC 1.06x on all-MiniLM-L6-v2 and on BERT-base alike; not yet measured on the other classes.
+PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn"}
+
+
+def default_packed_weights(features: CpuFeatures | None = None) -> str:
+    """The weight packing this CPU's fp32 inference uses by default (PACKED_WEIGHTS_BY_CLASS; "none"
+    where a class is not in it, or where this torch has no oneDNN)."""
+    mode = PACKED_WEIGHTS_BY_CLASS.get((features or cpu_features()).cpu_class, "none")
+    return mode if mode != "onednn" or torch.backends.mkldnn.is_available() else "none"
+
+
 def default_onednn_linear(features: CpuFeatures | None = None) -> str:
     """The fp32 Linear this CPU runs by default: "always" (oneDNN), "inference" (oneDNN only without
     gradients), or "never" (torch's). See FP32_LINEAR_BY_CLASS; a class not in it gets the stock path."""
@@ -76,9 +89,9 @@ class KernelOptions:
     unpad_multiple: int = 64
     packed_attention: bool = True
     fused_gelu: bool = True
-    # Levers under measurement (issue 28), off until benchmarks/bench_engines.py --levers shows a
-    # class where they win: weights packed once for the GEMM library in fp32 inference.
-    packed_weights: str = "none"
+    # Weights packed once for the GEMM library in fp32 inference: per class (PACKED_WEIGHTS_BY_CLASS),
+    # a second copy of the encoder's Linear weights held while the model runs without gradients.
+    packed_weights: str = dataclasses.field(default_factory=default_packed_weights)
     # With packed attention, sequences grouped by length rounded up to a multiple of this and each
     # group run as one masked attention call (0: one call per sequence; causal models always are).
     attention_bucket: int = 0
@@ -116,7 +129,7 @@ class KernelOptions:
         """What a graph can hold (ONNX export, tracing): F.linear, SDPA on the padded batch, no
         unpadding, no fused post-ops; the same numbers at every real position."""
         return cls(onednn_linear="never", unpad="never", fused_gelu=False, packed_attention=False,
-                   attention="sdpa", fast_dropout=False)
+                   attention="sdpa", fast_dropout=False, packed_weights="none")
 
 
 SpeedOptions = KernelOptions  # the name before the options were held by the model

@@ -13,17 +13,27 @@ whose weights do not change between calls can have that done once:
 * "onednn": oneDNN's blocked weight layout (`mkldnn._reorder_linear_weight`), run by the oneDNN
   Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on.
 
-The pack is held by the module that owns the weight and remade when the weight changes (an
-in-place update bumps its version): a second copy of the weights in memory. It applies without
+The pack belongs to the module that owns the weight (kept beside it, freed with it) and is remade
+when the weight changes (an in-place update bumps its version): a second copy of the weights in memory. It applies without
 gradients to fp32 CPU tensors outside tracing and autocast; everywhere else the usual route runs.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
 from .options import KernelOptions, exporting
+
+
+_PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> {mode: (key, pack, weight, bias)}
+
+
+def has_pack(module: torch.nn.Module) -> bool:
+    """Whether `module` holds a weight pack (it has run the packed route)."""
+    return bool(_PACKS.get(module))
 
 
 def packing_applies(x: torch.Tensor, options: KernelOptions) -> bool:
@@ -45,9 +55,10 @@ def packed_weights(holder: torch.nn.Module, mode: str, weights: tuple[torch.Tens
     made once per mode and kept on `holder` until a weight changes."""
     key = (tuple((w.data_ptr(), w._version) for w in weights),
            tuple(None if b is None else (b.data_ptr(), b._version) for b in biases))
-    # One pack per mode (a model switched between modes keeps both); not a parameter or buffer:
-    # never in a state dict.
-    packs = holder.__dict__.setdefault("_packed_weights", {})
+    # One pack per mode (a model switched between modes keeps both), held beside the module rather
+    # than on it: never in a state dict, and copy.deepcopy / pickling of a model that has run never
+    # meet oneDNN's opaque tensors (which have no storage to copy); a copy packs its own on first use.
+    packs = _PACKS.setdefault(holder, {})
     cached = packs.get(mode)
     if cached is None or cached[0] != key:
         weight = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().float().contiguous()
