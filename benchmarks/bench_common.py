@@ -91,14 +91,23 @@ def matmul_peak(size: int = 2048, repeats: int = 7) -> dict[str, float]:
 # ---------------------------------------------------------------- timing
 
 
-def alternate(steps: dict, warmup: int, repeats: int) -> dict[str, list[float]]:
+def alternate(steps: dict, warmup: int, repeats: int, shuffle_seed: int | None = None) -> dict[str, list[float]]:
     """Run each callable once per round, rotating the order, so that load on a shared machine falls
-    on all of them alike; returns each one's seconds per round (warm-up rounds dropped)."""
+    on all of them alike; returns each one's seconds per round (warm-up rounds dropped).
+
+    Rotation keeps every callable behind the same predecessor. With `shuffle_seed` each round's order
+    is a fresh (seeded) permutation instead: for engines whose worker threads keep spinning after a
+    call (OpenMP's KMP_BLOCKTIME, ONNX Runtime's spinning pool), so that no engine always runs
+    right after the same spinning one."""
     names = list(steps)
     times = {name: [] for name in names}
+    rng = random.Random(shuffle_seed)
     for round_index in range(warmup + repeats):
         shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
+        order = names[shift:] + names[:shift]
+        if shuffle_seed is not None:
+            rng.shuffle(order)
+        for name in order:
             start = time.perf_counter()
             steps[name]()
             elapsed = time.perf_counter() - start

@@ -13,7 +13,7 @@ Method (as in the issue): all-MiniLM-L6-v2 (the real weights, from the gt-all-mi
 and BERT-base (random weights), the same weights in every engine; variable-length batches of 32
 (lengths uniform 16-128, padded to the batch's longest row; CTranslate2 takes the real tokens, as
 its API does); the engines alternated batch by batch in one process, each round all engines on the
-same batch, the order rotating; 2 threads each (--threads); medians after warm-up. Before timing,
+same batch, in an order shuffled each round (seeded); 2 threads each (--threads); medians after warm-up. Before timing,
 every engine's last hidden states are compared with bertkit fp32 at the real positions: fp32
 engines must be within 1e-4 (max abs difference); int8 engines are reported (max abs difference,
 mean cosine similarity per token).
@@ -260,7 +260,9 @@ def check_engines(runners: dict, batches: list[Batch], count: int = 2) -> dict:
 
 
 def time_alternated(runners: dict, batches: list[Batch], warmup: int, rounds: int) -> dict[str, list[float]]:
-    """Seconds per batch for each runner; in round r every runner takes batch r (rotating order)."""
+    """Seconds per batch for each runner; in round r every runner takes batch r, in an order shuffled
+    each round (seeded): ONNX Runtime's pool and CTranslate2's OpenMP threads spin for a while after
+    a call, and a fixed rotation would always put the same engine behind the same spinning one."""
 
     def stepper(run):
         position = [0]
@@ -269,7 +271,8 @@ def time_alternated(runners: dict, batches: list[Batch], warmup: int, rounds: in
             run(batches[position[0] % len(batches)])
             position[0] += 1
         return step
-    return C.alternate({name: stepper(run) for name, run in runners.items()}, warmup=warmup, repeats=rounds)
+    return C.alternate({name: stepper(run) for name, run in runners.items()}, warmup=warmup, repeats=rounds,
+                       shuffle_seed=0)
 
 
 def size_rows(size: str, times: dict[str, list[float]], checks: dict, info: dict, batches: list[Batch]) -> dict:
