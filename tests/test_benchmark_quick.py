@@ -149,3 +149,24 @@ def test_profile_op_classes():
                "libtorch_cpu.so [.] at::native::AVX2::VectorizedLoop2d<add_kernel>": "other ops"}
     for name, cls in symbols.items():
         assert P.classify(name, P.PERF_SYMBOLS) == cls, name
+
+
+def test_alternation_shuffled_each_round_varies_who_runs_after_whom():
+    """bench_engines' order: every engine once per round; with a seed, a fresh permutation each round
+    (a rotation keeps each engine behind the same one, e.g. behind an engine whose threads spin)."""
+    import bench_common
+
+    def predecessors(shuffle_seed):
+        calls = []
+        steps = {name: (lambda name=name: calls.append(name)) for name in "abcde"}
+        times = bench_common.alternate(steps, warmup=1, repeats=12, shuffle_seed=shuffle_seed)
+        assert all(len(t) == 12 for t in times.values())
+        rounds = [calls[i:i + 5] for i in range(0, len(calls), 5)]
+        assert all(sorted(r) == list("abcde") for r in rounds)
+        return {pair for r in rounds for pair in zip(r, r[1:])}, rounds
+
+    rotated, _ = predecessors(None)
+    shuffled, rounds = predecessors(0)
+    assert len({prev for prev, name in rotated if name == "a"}) == 1  # always the same one
+    assert len({prev for prev, name in shuffled if name == "a"}) >= 3
+    assert predecessors(0)[1] == rounds  # seeded: the same orders every run
