@@ -61,7 +61,8 @@ def packed_weights(holder: torch.nn.Module, mode: str, weights: tuple[torch.Tens
     packs = _PACKS.setdefault(holder, {})
     cached = packs.get(mode)
     if cached is None or cached[0] != key:
-        cached = packs.pop(mode, None) and None  # a stale pack goes before the new one is made
+        cached = None  # a stale pack goes before the new one is made (one copy at a time)
+        packs.pop(mode, None)
         weight = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().float().contiguous()
         bias = None if biases[0] is None else (biases[0] if len(biases) == 1 else torch.cat(biases)).detach()
         packs[mode] = cached = (key, _pack(mode, weight), weight, bias)
