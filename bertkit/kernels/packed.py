@@ -14,8 +14,9 @@ whose weights do not change between calls can have that done once:
   Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on.
 
 The pack belongs to the module that owns the weight (kept beside it, freed with it) and is remade
-when the weight changes (an in-place update bumps its version): a second copy of the weights in memory. It applies without
-gradients to fp32 CPU tensors outside tracing and autocast; everywhere else the usual route runs.
+when the weight changes (an in-place update bumps its version): a second copy of the weights in
+memory. It applies without gradients to fp32 CPU tensors outside tracing and autocast; everywhere
+else the usual route runs.
 """
 
 from __future__ import annotations
