@@ -17,9 +17,10 @@ from bertkit.pretraining.recipe import (
 
 def _counted_multiply_adds_per_token(vocab_size, batch=16, length=128, predictions=20):
     torch.manual_seed(0)
-    # Unpacked weights: the counter sees F.linear, not oneDNN's packed GEMM (the AVX2 class's default).
-    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=vocab_size),
-                               kernels=kernels.default_options().replace(packed_weights="none")).eval()
+    # torch's own Linear: the counter sees F.linear, not oneDNN's (the AVX-512 classes' default) nor
+    # oneDNN's packed GEMM (the AVX2 class's).
+    options = kernels.default_options().replace(packed_weights="none", onednn_linear="never")
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=vocab_size), kernels=options).eval()
     ids = torch.randint(5, vocab_size, (batch, length))
     labels = torch.full((batch, length), -100)
     positions = torch.arange(1, length, length // predictions)[:predictions]
