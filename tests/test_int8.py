@@ -2,7 +2,9 @@
 keeps the fast paths (unpadding), and predict / pipeline / export take the option."""
 
 import copy
+import dataclasses
 import json
+import logging
 import math
 
 import numpy as np
@@ -15,7 +17,8 @@ from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference import InferenceEngine
-from bertkit.kernels.int8 import Int8Linear, Int8QKV, quantize_int8
+from bertkit.device import cpu_features
+from bertkit.kernels.int8 import NO_VNNI_NOTE, Int8Linear, Int8QKV, quantize_int8
 from bertkit.kernels.linear import ProjectedWithQuery
 from bertkit.model import BertModel
 from bertkit.tokenizer import BertTokenizer
@@ -189,3 +192,15 @@ def test_int8_onnx_export_runs_close_to_fp32(classifier, tmp_path):
     with torch.no_grad():
         want = engine.model(input_ids=ids, attention_mask=mask).logits.numpy()
     np.testing.assert_allclose(got, want, atol=0.05 * np.abs(want).max(), rtol=0)
+
+
+@pytest.mark.parametrize("vnni", [False, True])
+def test_int8_tells_the_user_where_it_buys_no_speed(classifier, monkeypatch, caplog, vnni):
+    # Without VNNI int8 measured no faster than fp32 (docs/speed.md): the user hears it, once a call.
+    features = dataclasses.replace(cpu_features(), vnni=vnni)
+    monkeypatch.setattr("bertkit.kernels.int8.cpu_features", lambda: features)
+    model = BertForSequenceClassification.from_pretrained(classifier)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        quantize_int8(model)
+    notes = [r.getMessage() for r in caplog.records if "no VNNI" in r.getMessage()]
+    assert notes == ([] if vnni else [NO_VNNI_NOTE])

@@ -23,6 +23,7 @@ benchmarks/int8_accuracy.py --layers).
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import torch
@@ -33,6 +34,13 @@ from .linear import ProjectedWithQuery, QKVProjection
 
 QUANTIZE_CHOICES = ("none", "int8")
 OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32 (LLM.int8()'s value)
+# Said where int8 buys no speed: measured on a 2-core AVX2-only EPYC (no VNNI),
+# all-MiniLM-L6-v2 int8 34.9 against fp32 36.7 sequences/s, BERT-base 5.24 against 5.16
+# (benchmarks/results/avx2/engines.md); with VNNI (Zen 5) 1.31x and 1.83x fp32.
+NO_VNNI_NOTE = ("note: this CPU has no VNNI, so int8 runs 7-bit with 16-bit pair sums and measured no faster "
+                "than fp32 on such a CPU (docs/speed.md, int8); it still holds the weights in a quarter of the memory")
+
+log = logging.getLogger("bertkit")
 
 
 def _engine() -> str:
@@ -123,6 +131,11 @@ class Int8QKV(QKVProjection):
         return tuple(self.projection(x).split(self.sizes, -1))
 
 
+def _tell_when_int8_buys_no_speed() -> None:
+    if not cpu_features().vnni:
+        log.info(NO_VNNI_NOTE)
+
+
 def quantize_int8(model: nn.Module) -> nn.Module:
     """Replace every Linear inside the model's encoder (`model.encoder` or `model.bert.encoder`)
     by its int8 dynamic-quantised copy, in place: query / key / value as one `Int8QKV`, the
@@ -134,6 +147,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 quantisation runs on the CPU only")
     torch.backends.quantized.engine = _engine()
+    _tell_when_int8_buys_no_speed()
     model.eval()
     # The feed-forward output projections (layer.output.dense, fed by the GELU) get the outlier split.
     ffn_outputs = {id(layer.output.dense) for layer in getattr(encoder, "layer", ())}
