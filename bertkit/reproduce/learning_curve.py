@@ -296,7 +296,8 @@ def write_curve_report(run: CurveRun) -> dict:
              f"{os.cpu_count()} CPU core(s), precision {run.precision}",
              f"- command: `{command}`", f"- budget file: `{budget['_path']}`; data: `{run.data_dir}`",
              f"- total wall time {seconds / 60:.1f} min (stages taken from cache this time: "
-             f"{len(stages.records) - len(stages.ran)} of {len(stages.records)})"
+             f"{len(stages.records) - len(stages.ran)} of {len(stages.records)}; the stages' own times, summed: "
+             f"{sum(r['seconds'] for r in stages.records.values()) / 60:.1f} min)"
              + ("" if estimate is None else f"; the budget's estimate for the slowest CPU class: "
                                             f"{estimate / 3600:.1f} h"), "",
              "## Pre-trained BERT against random init, by fine-tuning set size", "",

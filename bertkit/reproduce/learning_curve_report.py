@@ -86,15 +86,19 @@ def curve_verdict(points: Sequence[CurvePoint]) -> str:
     while first_within > 0 and points[first_within - 1].within_noise:
         first_within -= 1
     text = f"from {_examples(points[first_within])} on the two are within noise (|diff| <= 2 x the larger sd)"
+    # Below that size at least one point is beyond the noise; the others there are within it.
     before = points[:first_within]
-    ahead = [p for p in before if p.difference > 0]
-    behind = [p for p in before if p.difference < 0]
+    ahead = [p for p in before if not p.within_noise and p.difference > 0]
+    behind = [p for p in before if not p.within_noise and p.difference < 0]
+    level = [p for p in before if p.within_noise]
+    said = []
     if ahead:
-        text += f"; below that pre-training is ahead at {', '.join(size_label(p) for p in ahead)}"
+        said.append(f"pre-training is ahead at {', '.join(size_label(p) for p in ahead)}")
     if behind:
-        text += f"; {'and ' if ahead else 'below that '}random init is ahead at " \
-                f"{', '.join(size_label(p) for p in behind)}"
-    return text
+        said.append(f"random init is ahead at {', '.join(size_label(p) for p in behind)}")
+    if level:
+        said.append(f"the two are within noise at {', '.join(size_label(p) for p in level)}")
+    return text + "; below that " + "; and ".join(said) if said else text
 
 
 def _examples(point: CurvePoint) -> str:
