@@ -234,9 +234,13 @@ def learning_curve(budget: str | dict, data_dir: str | None, output: str, model:
         make_random_like, run.models["bert"]), inputs=(source,))["model"])
     inputs = {"bert": source, "random-init": "model-random-init"}
     for task in task_names:
-        for model_name in MODELS:
-            curve = run.results.setdefault(task, {}).setdefault(model_name, {})
-            for size in budget["sizes"]:
+        # Size by size, both models at each: a run stopped part-way leaves whole points behind it.
+        whole_set = set()  # models whose last size already used the whole training set
+        for size in budget["sizes"]:
+            for model_name in MODELS:
+                if model_name in whole_set:
+                    continue
+                curve = run.results.setdefault(task, {}).setdefault(model_name, {})
                 point = {"used": size, "runs": {}}
                 for lr in budget["finetune"]["learning_rates"]:
                     for seed in budget["seeds"]:
@@ -252,7 +256,9 @@ def learning_curve(budget: str | dict, data_dir: str | None, output: str, model:
                 log.info(f"  {model_name} / {task} / {size}: " + ", ".join(
                     f"lr {lr:g} {sum(v) / len(v):.1f}" for lr, v in point["runs"].items()))
                 if point["used"] < size:
-                    break  # the whole training set: larger sizes would repeat this point
+                    whole_set.add(model_name)  # larger sizes would repeat this point
+            if whole_set == set(MODELS):
+                break
     return write_curve_report(run)
 
 
