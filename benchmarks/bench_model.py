@@ -24,11 +24,11 @@ def _free():
     gc.collect()
 
 
-def pretraining_case(size: str, precision: str, quick: bool, log=print) -> dict:
+def pretraining_case(size: str, precision: str, quick: bool, log=print, rounds: int | None = None) -> dict:
     from bertkit import BertForPreTraining
 
-    batch_size, rounds, quick_rounds = PRETRAIN_PLAN[size]
-    rounds = quick_rounds if quick else rounds
+    batch_size, plan_rounds, quick_rounds = PRETRAIN_PLAN[size]
+    rounds = rounds or (quick_rounds if quick else plan_rounds)
     config = C.bench_config(size)
     torch.manual_seed(0)
     ours = BertForPreTraining(config).train()
@@ -49,11 +49,11 @@ def pretraining_case(size: str, precision: str, quick: bool, log=print) -> dict:
     return row
 
 
-def inference_case(size: str, precision: str, quick: bool, log=print) -> dict:
+def inference_case(size: str, precision: str, quick: bool, log=print, rounds: int | None = None) -> dict:
     from bertkit import BertModel
 
-    batch_size, rounds, quick_rounds = INFERENCE_PLAN[size]
-    rounds = quick_rounds if quick else rounds
+    batch_size, plan_rounds, quick_rounds = INFERENCE_PLAN[size]
+    rounds = rounds or (quick_rounds if quick else plan_rounds)
     config = C.bench_config(size)
     torch.manual_seed(0)
     ours = BertModel(config).eval()
@@ -89,11 +89,11 @@ def inference_case(size: str, precision: str, quick: bool, log=print) -> dict:
     return row
 
 
-def squad_case(size: str, precision: str, quick: bool, log=print) -> dict:
+def squad_case(size: str, precision: str, quick: bool, log=print, rounds: int | None = None) -> dict:
     from bertkit import BertForQuestionAnswering
 
-    batch_size, rounds, quick_rounds = SQUAD_PLAN[size]
-    rounds = quick_rounds if quick else rounds
+    batch_size, plan_rounds, quick_rounds = SQUAD_PLAN[size]
+    rounds = rounds or (quick_rounds if quick else plan_rounds)
     config = C.bench_config(size)
     torch.manual_seed(0)
     ours = BertForQuestionAnswering(config).train()

@@ -85,6 +85,8 @@ def parse_args(argv=None):
     parser.add_argument("--glue-examples", type=int, default=None, help="MRPC training examples for (f) "
                         "(default 400, 200 with --quick)")
     parser.add_argument("--memory-batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds of (a), (b) and (c) per row (default "
+                        "per size; more rounds where step times vary much from step to step)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-nice", action="store_true", help="do not lower this process's priority")
     parser.add_argument("--engines", action=argparse.BooleanOptionalAction, default=None,
@@ -93,6 +95,8 @@ def parse_args(argv=None):
     parser.add_argument("--update", action="store_true", help="rerun only --cases and replace their rows in the "
                         "results.json already in --output (the other rows are kept, with their own date)")
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds: at least 1, not {args.rounds}")
     if args.engines is None:
         args.engines = args.quick and args.cases is None
     if args.cases is None:
@@ -146,15 +150,15 @@ def main(argv=None) -> int:
         if case == "a":
             for size in sizes:
                 for precision in precisions:
-                    results["rows"].append(M.pretraining_case(size, precision, args.quick, log))
+                    results["rows"].append(M.pretraining_case(size, precision, args.quick, log, rounds=args.rounds))
         elif case == "b":
             for size in small_set:
                 for precision in precisions:
-                    results["rows"].append(M.inference_case(size, precision, args.quick, log))
+                    results["rows"].append(M.inference_case(size, precision, args.quick, log, rounds=args.rounds))
         elif case == "c":
             for size in small_set:
                 for precision in precisions:
-                    results["rows"].append(M.squad_case(size, precision, args.quick, log))
+                    results["rows"].append(M.squad_case(size, precision, args.quick, log, rounds=args.rounds))
         elif case == "d":
             from bench_memory import memory_case
 

@@ -25,6 +25,28 @@ def test_quick_mode_is_the_one_minute_check_unless_cases_are_given():
     assert (explicit.cases, explicit.sizes, explicit.threads) == ("a", "mini", 2)
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("quick, rounds, expected", [(False, None, 4), (True, None, 2), (True, 9, 9)])
+def test_rounds_override_the_plan_of_the_training_cases(monkeypatch, quick, rounds, expected):
+    import bench_model
+    asked = []
+
+    def alternate(steps, warmup, repeats, **_):
+        asked.append(repeats)
+        raise _Stop  # the steps are timed, not run here: only the plan is checked
+
+    monkeypatch.setattr(bench_model.C, "alternate", alternate)
+    with pytest.raises(_Stop):
+        bench_model.squad_case("tiny", "fp32", quick, log=lambda *_: None, rounds=rounds)
+    assert asked == [expected] and bench_model.SQUAD_PLAN["tiny"][1:] == (4, 2)
+    assert run_all.parse_args(["--cases", "c", "--rounds", "16"]).rounds == 16
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--rounds", "0"])
+
+
 def test_kernel_choice_arguments_parse():
     import kernel_choice
 
