@@ -51,33 +51,23 @@ _sys.meta_path.append(_MovedModules())
 
 from .config import BertConfig  # noqa: E402
 from .errors import BertkitError  # noqa: E402
-from .heads import (  # noqa: E402
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    load_model,
-)
-from .model import BertModel  # noqa: E402
+
+# The model classes need torch, the tokenizer `tokenizers`: both are imported on first use, so the
+# command line (`bertkit --help`, `--version`) starts without them.
+_LAZY = {
+    "BertModel": "bertkit.model",
+    **dict.fromkeys(("BertForMaskedLM", "BertForMultipleChoice", "BertForPreTraining", "BertForQuestionAnswering",
+                     "BertForSequenceClassification", "BertForTokenClassification", "load_model"), "bertkit.heads"),
+    **dict.fromkeys(("BertTokenizer", "train_tokenizer"), "bertkit.tokenizer"),
+    "pipeline": "bertkit.inference.pipelines",
+    "InferenceEngine": "bertkit.inference.engine",
+}
 
 
 def __getattr__(name):
-    # The tokenizer pulls in `tokenizers`; import it only when asked for.
-    if name in ("BertTokenizer", "train_tokenizer"):
-        from . import tokenizer
-
-        return getattr(tokenizer, name)
-    if name == "pipeline":
-        from .inference.pipelines import pipeline
-
-        return pipeline
-    if name == "InferenceEngine":
-        from .inference.engine import InferenceEngine
-
-        return InferenceEngine
-    raise AttributeError(name)
+    if name not in _LAZY:
+        raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
+    return getattr(_importlib.import_module(_LAZY[name]), name)
 
 
 __all__ = [

@@ -85,18 +85,30 @@ class OneLineErrorParser(argparse.ArgumentParser):
         raise BertkitError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: set[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `commands`, only those commands' modules are imported (and
+    their flags built): the others are listed with their help line, so `bertkit --help` and
+    `--version` start without torch."""
     parser = OneLineErrorParser(prog="bertkit", description="BERT: tokenizer, pre-training, fine-tuning, reproduction.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug-level logging")
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (target, help_text) in COMMANDS.items():
-        impl = _load(target)
         p = sub.add_parser(name, help=help_text, description=help_text)
+        if commands is not None and name not in commands:
+            continue
+        impl = _load(target)
         impl.add_arguments(p)
         add_revision_flags(p)
         p.set_defaults(_run=impl.run_from_args)
     return parser
+
+
+def chosen_command(argv: list[str]) -> set[str]:
+    """The command named on the command line (the first argument that is one), as build_parser's
+    `commands`: empty for `bertkit --help`, `bertkit --version` or no command."""
+    first = next((arg for arg in argv if arg in COMMANDS), None)
+    return {first} if first else set()
 
 
 def os_error_text(e: OSError) -> str:
@@ -154,7 +166,8 @@ def print_error(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(chosen_command(argv))
         args = parser.parse_args(argv)
     except BertkitError as e:
         print_error(str(e))
