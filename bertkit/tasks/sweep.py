@@ -69,7 +69,7 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
               output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
               eval_steps: int = 0, grad_accum: int = 1, stop_after_eval: Callable[[dict], bool] | None = None,
               eval_per_epoch: bool = False, progress: bool | None = None, phase: str = "train", save_steps: int = 0,
-              resume: bool = False, tokenizer=None):
+              resume: bool = False, tokenizer=None, batch_source: Callable | None = None):
     """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
     warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
     The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
@@ -77,11 +77,14 @@ def train_one(model, features, config: dict, precision: str = "auto", device: st
     `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`. `eval_per_epoch`
     (with eval_steps 0) evaluates at the end of every epoch; `stop_after_eval(metrics)` may end the
     run after an evaluation (early stopping). `save_steps` N checkpoints the run in output_dir every N
-    steps (with `tokenizer`, loadable as models); `resume` continues from the newest one there."""
+    steps (with `tokenizer`, loadable as models); `resume` continues from the newest one there.
+    `batch_source(features, batch_size, seed, pad_token_id)` makes the batches (default: FeatureSource's
+    seeded shuffles)."""
     batch_size = int(config["batch_size"])
     if grad_accum < 1 or batch_size % grad_accum:
         raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {grad_accum}")
-    source = FeatureSource(features, batch_size // grad_accum, seed=int(config["seed"]), pad_token_id=pad_token_id)
+    source = (batch_source or FeatureSource)(features, batch_size // grad_accum, seed=int(config["seed"]),
+                                             pad_token_id=pad_token_id)
     if eval_per_epoch and not eval_steps:
         eval_steps = -(-source.num_batches(0) // grad_accum)  # the optimizer steps of one epoch
     args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),

@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-from ..inference.batching import predict_batches
+from ..inference.batching import FeatureSource, predict_batches
 from ..hub.checkpoints import model_tokenizer
 from .results import results_document, write_predictions
 from .runs import RunResult
@@ -117,6 +117,10 @@ class Task:
 
     def head_config(self) -> dict:
         return {}
+
+    def batch_source(self, features: list[dict], batch_size: int, seed: int, pad_token_id: int):
+        """One run's training batches (train.loop's BatchSource): seeded shuffles of the features."""
+        return FeatureSource(features, batch_size, seed=seed, pad_token_id=pad_token_id)
 
     def logits(self, model, features: list[dict], runtime: Runtime) -> list:
         if not features:
