@@ -1,4 +1,4 @@
-"""Run-time choice of device and precision: CUDA when present, bf16 where the hardware has it,
+"""Run-time choice of device and precision: CUDA when present, fp32 unless bf16 is asked for,
 and what the CPU can run (`cpu_features`), which decides the CPU kernels (see bertkit/kernels/)."""
 
 from __future__ import annotations
@@ -14,6 +14,15 @@ import torch
 from .errors import BertkitError
 
 PRECISIONS = ("auto", "fp32", "bf16")
+# Inference and fine-tuning (predict, serve, pipeline, finetune): fp32 on every door and device, so one
+# model and input give one answer (transformers' numbers); bf16 is asked for. Pre-training from
+# scratch (pretrain, reproduce) keeps "auto": its budget recipes were measured with bf16 where native.
+DEFAULT_PRECISION = "fp32"
+PRECISION_MEANINGS = {
+    "fp32": "the same numbers from predict, serve, pipeline and transformers",
+    "bf16": "bf16 autocast: faster where the CPU or GPU has native bf16; scores move in the 3rd decimal",
+    "auto": "bf16 where native, else fp32",
+}
 
 # oneDNN's ONEDNN_MAX_CPU_ISA values that allow AVX-512, bf16 dot products, AMX ("ALL": no cap).
 _ISA_WITH_AVX512 = ("AVX512", "AVX10", "ALL")
@@ -118,6 +127,19 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     if precision == "auto":
         return "bf16" if bf16_supported(device) else "fp32"
     return precision
+
+
+def add_precision_argument(parser, default: str = DEFAULT_PRECISION) -> None:
+    """--precision, spelt and defaulted the same by every command that runs a model."""
+    help_text = " | ".join(f"{name} ({'default: ' if name == default else ''}{meaning})"
+                           for name, meaning in PRECISION_MEANINGS.items())
+    parser.add_argument("--precision", default=default, choices=PRECISIONS, help=help_text)
+
+
+def precision_label(device: torch.device, precision: str, quantize: str = "none") -> str:
+    """What a model runs in, as the first log line and serve's /info say it: "cpu, fp32",
+    "cuda:0, bf16", "cpu, int8"."""
+    return f"{device}, {'int8' if quantize == 'int8' else precision}"
 
 
 def autocast(device: torch.device, precision: str):

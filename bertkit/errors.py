@@ -34,3 +34,9 @@ def reading(path: str | Path, what: str = "file"):
         raise BertkitError(f"is a directory, expected a {what}", path=str(path)) from None
     except UnicodeDecodeError as err:
         raise BertkitError(f"not UTF-8 text ({err.reason})", path=str(path)) from None
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 input`, `2 inputs`, `1 query`, `3 queries` (plural given): a count in a message, in words a
+    reader would write."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

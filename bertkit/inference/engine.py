@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 import torch
 
 from .. import kernels
-from ..device import autocast, pick_device, resolve_precision
+from ..device import DEFAULT_PRECISION, autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..heads import load_model
@@ -148,7 +148,7 @@ def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]
 class InferenceEngine:
     """A model folder ready to answer: `forward(rows)` for model outputs, the task helpers on top."""
 
-    def __init__(self, model_dir: str | Path | None, device: str = "auto", precision: str = "auto",
+    def __init__(self, model_dir: str | Path | None, device: str = "auto", precision: str = DEFAULT_PRECISION,
                  max_batch_tokens: int = 16384, max_batch_size: int = 256, quantize: str = "none",
                  model=None, tokenizer=None, revision: str | None = None):
         """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32

@@ -37,7 +37,8 @@ from tqdm import tqdm
 
 from .. import flags
 from .answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TOKEN_CLASSIFICATION
-from ..errors import BertkitError
+from ..device import DEFAULT_PRECISION, add_precision_argument, precision_label
+from ..errors import BertkitError, counted
 from ..outputs import atomic_write, check_output, folder_files, is_stdout, output_stream
 from ..tables import TableWriter, distinct_columns, open_text, require_columns, table_rows, text_lines
 from .engine import InferenceEngine
@@ -277,7 +278,7 @@ class _Results:
 
 def predict_file(task: str, model_dir: str | Path, input_path: str, output_path: str, options,
                  input_format: str | None = None, output_format: str | None = None, device: str = "auto",
-                 precision: str = "auto", progress: bool | None = None, quantize: str = "none",
+                 precision: str = DEFAULT_PRECISION, progress: bool | None = None, quantize: str = "none",
                  overwrite: bool = False) -> int:
     """Predict every input of `input_path` (or stdin for "-") into `output_path` (stdout for "-");
     returns the number of inputs. Before any work: the output must not be an input (the model
@@ -300,6 +301,7 @@ def predict_file(task: str, model_dir: str | Path, input_path: str, output_path:
     if engine.task not in spec.model_tasks:
         raise BertkitError(f"predict {task} needs a model for {' or '.join(spec.model_tasks)}; this folder holds a "
                            f"{type(engine.model).__name__} ({engine.task})", path=str(model_dir))
+    log.info(f"predict {task}: {model_dir} on {precision_label(engine.device, engine.precision, engine.quantize)}")
     if not is_stdout(output_path):
         Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     count = 0
@@ -406,7 +408,7 @@ def _command(task: str):
             parser.add_argument("--max-batch-tokens", type=flags.positive_int, default=16384,
                                 help="padded tokens per forward pass")
             parser.add_argument("--device", type=flags.device, default="auto")
-            parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+            add_precision_argument(parser)
             parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                                 help="int8: the encoder's Linear layers in dynamic int8 (CPU; faster, "
                                      "slightly different scores: docs/speed.md)")
@@ -416,7 +418,7 @@ def _command(task: str):
             count = predict_file(task, args.model, args.input, args.output, args, args.input_format,
                                  args.output_format, args.device, args.precision, quantize=args.quantize,
                                  overwrite=args.overwrite)
-            log.info(f"predict {task}: {count} inputs -> {args.output}")
+            log.info(f"predict {task}: {counted(count, 'input')} -> {args.output}")
             return 0
 
     Command.__doc__ = f"predict {task} for new text (text / CSV / TSV / JSONL in, JSONL / TSV out)"

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from ..errors import BertkitError, reading
+from ..errors import BertkitError, counted, reading
 
 log = logging.getLogger("bertkit")
 
@@ -304,7 +304,8 @@ def _require_predictions(
     if missing:
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise BertkitError(
-            f"{len(missing)} of {len(questions)} questions have no prediction ({shown}); "
+            f"{len(missing)} of {counted(len(questions), 'question')} {'has' if len(missing) == 1 else 'have'} no "
+            f"prediction ({shown}); "
             "SQuAD v2.0 scoring needs one per question (\"\" means no answer)",
             path=predictions_path,
         )
@@ -362,7 +363,8 @@ def _score_v2(
         missing = [qid for qid in exact_raw if qid not in probabilities]
         if missing:
             raise BertkitError(
-                f"{len(missing)} questions have no no-answer probability (first: {missing[0]})", path=na_probs_path
+                f"{counted(len(missing), 'question')} without a no-answer probability (first: {missing[0]})",
+                path=na_probs_path,
             )
     exact_thresholded = apply_no_ans_threshold(exact_raw, probabilities, qid_to_has_ans, na_prob_thresh)
     f1_thresholded = apply_no_ans_threshold(f1_raw, probabilities, qid_to_has_ans, na_prob_thresh)
@@ -403,7 +405,7 @@ def best_null_threshold(
     _require_predictions(questions, predictions, None)
     missing = [qid for qid, _ in questions if qid not in null_score_diffs]
     if missing:
-        raise BertkitError(f"{len(missing)} questions have no null score difference (first: {missing[0]})")
+        raise BertkitError(f"{counted(len(missing), 'question')} without a null score difference (first: {missing[0]})")
 
     # F1 of each question when answering with its text, and when abstaining (predicting "").
     answer_score: dict[str, float] = {}

@@ -29,6 +29,7 @@ import logging
 import signal
 import socket
 
+from ..device import DEFAULT_PRECISION, add_precision_argument, precision_label
 from ..errors import BertkitError
 from ..inference.engine import InferenceEngine
 from ..kernels.int8 import QUANTIZE_CHOICES
@@ -63,7 +64,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurrent_requests: int = 512,
           max_client_batch_size: int = 32, max_batch_tokens: int = 16384, device: str = "auto",
-          precision: str = "auto", model_id: str | None = None, quantize: str = "none",
+          precision: str = DEFAULT_PRECISION, model_id: str | None = None, quantize: str = "none",
           max_body_bytes: int = MAX_BODY_BYTES, log_format: str = "text") -> int:
     """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown."""
     import uvicorn  # the server only: importing bertkit.serving.command for its Server class (tests, apps) needs none
@@ -89,7 +90,8 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
     # re-raised SIGTERM is a no-op and the process exits 0 after finishing the accepted requests.
     signal.signal(signal.SIGTERM, lambda *_: None)
     bound_port = sock.getsockname()[1]
-    print(f"bertkit serve: {engine.task} model {model_dir} on http://{host}:{bound_port}", flush=True)
+    running_on = precision_label(engine.device, engine.precision, engine.quantize)
+    print(f"bertkit serve: {engine.task} model {model_dir} ({running_on}) on http://{host}:{bound_port}", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
@@ -106,7 +108,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
                         help=f"largest request body; larger ones are answered 413 (default {MAX_BODY_BYTES})")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    add_precision_argument(parser)
     parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                         help="int8: the encoder's Linear layers in dynamic int8 (CPU)")
     parser.add_argument("--model-id", default=None, help="name reported by GET /info (default: the folder)")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from .. import flags
+from ..device import add_precision_argument
 from ..errors import BertkitError
 from ..outputs import check_output_dir
 from .task import Defaults
@@ -135,7 +136,7 @@ def add_sweep_arguments(parser, defaults: Defaults, own_data: bool = False) -> N
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1, help="linear warm-up fraction (default 0.1)")
     parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
     add_dropout_argument(parser)
-    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
+    add_precision_argument(parser)
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="skip malformed data rows (and report how many) instead of stopping at the first")

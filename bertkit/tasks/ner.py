@@ -30,7 +30,7 @@ from typing import Sequence
 
 from .. import flags
 from ..inference.batching import predict_batches
-from ..device import pick_device, resolve_precision
+from ..device import add_precision_argument, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..heads import BertForTokenClassification
 from ..hub.checkpoints import load_tokenizer
@@ -280,7 +280,7 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
     add_dropout_argument(parser, default=None)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
-    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
+    add_precision_argument(parser)
     parser.add_argument("--device", default="auto", type=flags.device)
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed lines instead of failing")
     feature = parser.add_argument_group("feature-based (frozen encoder + 2-layer BiLSTM tagger, the paper's §5.3)")

@@ -16,7 +16,8 @@ import random
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import BertkitError
+from ..device import DEFAULT_PRECISION, pick_device, precision_label, resolve_precision
+from ..errors import BertkitError, counted
 from ..outputs import write_json
 from ..train.loop import dist_info
 from .arguments import FINETUNE_DROPOUT, dropout_overrides
@@ -44,7 +45,7 @@ class RunSettings:
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
     subset_seed: int = 0  # of the --max-*-examples samples
-    precision: str = "auto"
+    precision: str = DEFAULT_PRECISION
     device: str = "auto"
     skip_bad_rows: bool = False
     eval_batch_size: int = 128
@@ -78,13 +79,20 @@ class RunSettings:
                                 eval_batch_size=defaults.eval_batch_size), **options})
 
 
+def running_on(settings: RunSettings) -> str:
+    """The device and precision the runs train in ("cpu, fp32"), for the first log line."""
+    device = pick_device(settings.device)
+    return precision_label(device, resolve_precision(settings.precision, device))
+
+
 def split_dev(examples: Examples, dev_fraction: float, seed: int = 0) -> tuple[Examples, Examples]:
     """Hold out a seeded random dev_fraction of a single file as dev (both parts keep file order)."""
     if not 0.0 < dev_fraction < 1.0:
         raise BertkitError(f"--dev-fraction must be between 0 and 1, not {dev_fraction}")
     n_dev = max(1, round(len(examples) * dev_fraction))
     if n_dev >= len(examples):
-        raise BertkitError(f"{len(examples)} examples are too few to hold out {dev_fraction:.0%} as dev",
+        raise BertkitError(f"{counted(len(examples), 'example')} {'is' if len(examples) == 1 else 'are'} too few "
+                           f"to hold out {dev_fraction:.0%} as dev",
                            path=getattr(examples, "path", None))
     dev_ids = set(random.Random(seed).sample(range(len(examples)), n_dev))
     path = getattr(examples, "path", None)
@@ -130,7 +138,8 @@ def finetune(task: Task, model_dir, output_dir=None, settings: RunSettings | Non
     used = quick_subsets(task, splits, s)
     features = encode_splits(task, used, tokenizer, s.max_seq_length)
     log.info(f"{task.label}: {task.describe(used, features['train'])}, {len(configs)} run(s) (grid x seeds), "
-             f"max length {s.max_seq_length}" + ("" if used.dev is not None else "; no dev data: no selection"))
+             f"max length {s.max_seq_length}, {running_on(s)}"
+             + ("" if used.dev is not None else "; no dev data: no selection"))
     log_skipped_rows(task, used)
     out = None if output_dir is None else Path(output_dir) / task.output_subdir
     best, runs = sweep(task, model_dir, used, features, runtime, configs, s, out)

@@ -64,8 +64,8 @@ from typing import Sequence
 
 from .. import flags
 from ..inference.batching import predict_batches
-from ..device import pick_device, resolve_precision
-from ..errors import BertkitError
+from ..device import add_precision_argument, pick_device, resolve_precision
+from ..errors import BertkitError, counted
 from ..heads import BertForQuestionAnswering
 from ..hub.checkpoints import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
@@ -123,7 +123,8 @@ class SquadPredictions:
             files["null_odds.json"] = self.null_odds
         broken = [qid for qid, odds in self.null_odds.items() if not math.isfinite(odds)]
         if broken:  # a NaN would also make every threshold comparison false: no usable answer
-            raise BertkitError(f"the model gave non-finite scores for {len(broken)} questions (first: {broken[0]}); "
+            raise BertkitError(f"the model gave non-finite scores for {counted(len(broken), 'question')} "
+                               f"(first: {broken[0]}); "
                                "its weights are probably broken (NaN or overflow)")
         for name, content in files.items():
             write_json(out / name, content, indent=4)
@@ -551,7 +552,7 @@ def _add_run_arguments(parser) -> None:
     add_window_arguments(parser)
     parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=MAX_SEQ_LENGTH)
     parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
-    parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    add_precision_argument(parser)
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
     parser.add_argument("--subset-seed", type=flags.seed, default=0, help="seed of the --max-*-examples samples")
 

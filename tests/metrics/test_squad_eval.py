@@ -245,7 +245,7 @@ def test_v2_subset_keys_only_when_subset_exists():
 
 
 def test_v2_missing_prediction_is_an_error():
-    with pytest.raises(BertkitError, match="1 of 5 questions have no prediction"):
+    with pytest.raises(BertkitError, match="1 of 5 questions has no prediction"):
         evaluate_v2(TINY_V2, {k: v for k, v in TINY_V2_PREDICTIONS.items() if k != "qd"})
 
 
