@@ -45,7 +45,7 @@ import torch
 
 from .answer_defaults import (AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERING, TEXT_CLASSIFICATION,
                               TOKEN_CLASSIFICATION, ZERO_SHOT_CLASSIFICATION)
-from ..device import parse_dtype
+from ..device import DEFAULT_PRECISION, parse_dtype
 from ..errors import BertkitError
 from .engine import InferenceEngine
 from ..tasks.squad_windows import check_is_max_context, doc_spans
@@ -625,14 +625,14 @@ def device_name(device) -> str:
 
 def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int | None = None,
              dtype: torch.dtype | str | None = None, torch_dtype: torch.dtype | str | None = None,
-             precision: str = "fp32", max_batch_tokens: int = 16384, quantize: str = "none",
+             precision: str = DEFAULT_PRECISION, max_batch_tokens: int = 16384, quantize: str = "none",
              revision: str | None = None, **defaults) -> Pipeline:
     """A ready pipeline for `task` on `model`: a folder in the Hugging Face layout or a Hub id (at
     `revision`), a bertkit model object, or a ready InferenceEngine.
 
     `dtype` (alias `torch_dtype`): the weights' dtype (e.g. torch.bfloat16), as transformers;
-    precision "fp32" (default, matches transformers' numbers) or "auto" / "bf16" (bf16 autocast
-    where the CPU has it); quantize "int8" runs the encoder's Linear layers in dynamic int8. Extra
+    precision "fp32" (default, as predict and serve: transformers' numbers) or "bf16" / "auto" (bf16
+    autocast; "auto" only where the CPU or GPU has native bf16); quantize "int8" runs the encoder's Linear layers in dynamic int8. Extra
     keyword arguments become the calls' defaults (e.g. top_k=None); unknown ones are refused.
     """
     task = ALIASES.get(task, task)
