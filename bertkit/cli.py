@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("bertkit.tasks.cli:predict", "predict new text with any head (or a SQuAD file: predict squad)"),
     "serve": ("bertkit.serving.command", "HTTP JSON API (text-embeddings-inference routes) with dynamic batching"),
     "export": ("bertkit.inference.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
-    "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll"),
+    "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll, and embeddings: sts | retrieval | reranking"),
     "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
     "reproduce": ("bertkit.reproduce.command", "the paper end to end at a compute budget, with a report"),
     "plot": ("bertkit.train.plot", "PNG curves from a run's metrics.jsonl"),

@@ -1,10 +1,12 @@
 """`bertkit finetune|predict|evaluate <task>`: one sub-command per entry of the task table
-(tasks/registry.py); `predict` also offers new-text prediction with any fine-tuned head (predict.py)."""
+(tasks/registry.py); `predict` also offers new-text prediction with any fine-tuned head (predict.py),
+`evaluate` the embedding evaluators (retrieval_eval.py)."""
 
 from __future__ import annotations
 
 from ..inference import predict as predict_text
 from .registry import TASKS
+from .retrieval_eval import EVALUATORS
 
 
 def _made_by(pipeline: str) -> str:
@@ -20,6 +22,9 @@ def _verb(verb: str):
             name = task.evaluate if verb == "evaluate" else task.name
             if name and hasattr(task.module, f"run_{verb}"):
                 yield name, task.summary, task.module
+        if verb == "evaluate":  # evaluators that are no fine-tuning task's: sts, retrieval, reranking
+            for name, evaluator in EVALUATORS.items():
+                yield name, (evaluator.__doc__ or name).strip().splitlines()[0], evaluator
         if verb == "predict":  # new text with any fine-tuned head, by what the head does
             for name, command in predict_text.COMMANDS.items():
                 yield name, (command.__doc__ or name).strip().splitlines()[0] + _made_by(name), command
