@@ -15,7 +15,7 @@ import dataclasses
 from types import ModuleType
 
 from ..errors import BertkitError
-from . import custom, glue, multiple_choice, ner, paws, squad
+from . import cross_encoder, custom, glue, multiple_choice, ner, paws, sentence_embeddings, squad
 from .benchmarks import Benchmark
 
 
@@ -42,6 +42,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("token-classification", custom.TokenClassification, pipeline="token-classification"),
     Task("multiple-choice", custom.MultipleChoice, pipeline="multiple-choice"),
     Task("question-answering", custom.QuestionAnswering, pipeline="question-answering"),
+    Task("sentence-embeddings", sentence_embeddings.SentenceEmbeddings, pipeline="sentence-embeddings"),
+    Task("cross-encoder", cross_encoder.CrossEncoderFinetuning, pipeline="text-classification"),
 )}
 
 # Every data set `bertkit reproduce` can run, by the name budgets use ("mrpc", "codah", "squad2").
