@@ -61,6 +61,7 @@ _LAZY = {
     **dict.fromkeys(("BertTokenizer", "train_tokenizer"), "bertkit.tokenizer"),
     "pipeline": "bertkit.inference.pipelines",
     "InferenceEngine": "bertkit.inference.engine",
+    "finetune": "bertkit.tasks.custom",
 }
 
 
@@ -73,5 +74,5 @@ def __getattr__(name):
 __all__ = [
     "BertConfig", "BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
     "BertForQuestionAnswering", "BertForTokenClassification", "BertForMultipleChoice", "BertkitError",
-    "BertTokenizer", "train_tokenizer", "load_model", "pipeline", "InferenceEngine",
+    "BertTokenizer", "train_tokenizer", "load_model", "pipeline", "InferenceEngine", "finetune",
 ]

@@ -119,9 +119,10 @@ def add_sweep_arguments(parser, defaults: Defaults, own_data: bool = False) -> N
     parser.add_argument("--learning-rate", default=None if own_data else _values(defaults.learning_rates),
                         type=flags.comma_list(flags.positive_float), help=lr_help)
     parser.add_argument("--epochs", default=epochs_default, type=flags.comma_list(flags.positive_number),
-                        help=f"comma list of epoch counts (default {defaults.epochs[0]:g})")
+                        help=f"comma list of epoch counts (default {defaults.single_epochs:g})")
     parser.add_argument("--batch-size", default=batch_default, type=flags.comma_list(flags.positive_int),
-                        help=f"comma list of (effective) batch sizes (default {defaults.batch_sizes[0]})")
+                        help=f"comma list of (effective) batch sizes (default {defaults.single_batch_size}"
+                             + (f"; with --grid paper {_values(defaults.batch_sizes)})" if own_data else ")"))
     parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
                         help="micro-batches per optimizer step: each --batch-size must be a multiple of it "
                              "(the same training in less memory)")
@@ -169,8 +170,9 @@ def sweep_options(args, defaults: Defaults | None = None) -> dict:
     options = dict(
         learning_rates=given(args.learning_rate, defaults and defaults.learning_rates,
                              defaults and defaults.single_learning_rate, float),
-        epochs=given(args.epochs, defaults and defaults.epochs, defaults and defaults.epochs[0], number),
-        batch_sizes=given(args.batch_size, defaults and defaults.batch_sizes, defaults and defaults.batch_sizes[0], int),
+        epochs=given(args.epochs, defaults and defaults.epochs, defaults and defaults.single_epochs, number),
+        batch_sizes=given(args.batch_size, defaults and defaults.batch_sizes,
+                          defaults and defaults.single_batch_size, int),
         seeds=parse_list(args.seed, int), max_seq_length=args.max_seq_length, max_train_examples=args.max_train_examples,
         precision=args.precision, device=args.device, skip_bad_rows=args.skip_bad_rows,
         eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,

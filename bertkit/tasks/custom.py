@@ -40,7 +40,7 @@ from .conll_data import ner_features
 from .glue import GlueTask, classification_predictions, glue_features
 from .multiple_choice import PAPER_DEFAULTS as PAPER_MC_DEFAULTS
 from .multiple_choice import choices, finetune_multiple_choice, multiple_choice_features
-from .ner import NER_DEFAULTS, NerTask, predict_ner
+from .ner import NerTask, predict_ner
 from .results import TaskResult
 from .runner import RunSettings, split_dev
 from .runs import config_text
@@ -67,9 +67,37 @@ def classification_metrics(predictions: Sequence, gold: Sequence, regression: bo
             "macro_f1": float(f1_score(gold, predictions, average="macro", zero_division=0))}
 
 
-# The paper's GLUE protocol (§4.1) is `--grid paper`; one run at transformers' run_glue learning rate otherwise.
-TEXT_DEFAULTS = Defaults(learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), learning_rate=2e-5, epochs=(3,), batch_sizes=(32,),
-                         max_seq_length=128, eval_batch_size=128, anchor="the paper's GLUE protocol (§4.1)")
+# The one run an own-data command makes: transformers' Trainer defaults (TrainingArguments: learning rate
+# 5e-5, batch 8, 3 epochs). On a few hundred rows the paper's batch 32 at 2e-5 takes too few steps to learn
+# (benchmarks/results/small_data_defaults.md); the paper's settings are `--grid paper`.
+OWN_DATA_RUN = dict(learning_rate=5e-5, batch_size=8, num_train_epochs=3)
+
+TEXT_DEFAULTS = Defaults(learning_rates=(5e-5, 4e-5, 3e-5, 2e-5), epochs=(3,), batch_sizes=(32,), max_seq_length=128,
+                         eval_batch_size=128, anchor="the paper's GLUE protocol (§4.1)", **OWN_DATA_RUN)
+
+# Spelt as transformers' TrainingArguments spells them (one value, or a list for a grid).
+SINGULAR_SETTINGS = {"learning_rate": "learning_rates", "batch_size": "batch_sizes", "seed": "seeds",
+                     "num_train_epochs": "epochs"}
+
+
+def own_data_settings(defaults: Defaults, settings: RunSettings | None = None, grid: str | None = None,
+                      **options) -> RunSettings:
+    """The runner's settings of an own-data command, the command line's defaults: one run at the
+    defaults' learning rate, batch size and epochs (OWN_DATA_RUN), or the paper's grid with
+    grid="paper", or `settings` as given; `options` (RunSettings fields, or learning_rate /
+    batch_size / seed / num_train_epochs; one value or a list) in place of any of it."""
+    if grid not in (None, "paper"):
+        raise BertkitError(f"grid must be \"paper\" or None, not {grid!r}")
+    if settings is None:
+        single = {} if grid == "paper" else dict(learning_rates=(defaults.single_learning_rate,),
+                                                  epochs=(defaults.single_epochs,),
+                                                  batch_sizes=(defaults.single_batch_size,))
+        settings = RunSettings.paper(defaults, **single)
+    options = {SINGULAR_SETTINGS.get(name, name): value for name, value in options.items()}
+    for name in SINGULAR_SETTINGS.values():
+        if name in options:
+            options[name] = tuple(options[name]) if isinstance(options[name], (list, tuple)) else (options[name],)
+    return RunSettings.of(**{**dataclasses.asdict(settings), **options})
 
 
 class TextClassificationTask(Task):
@@ -151,10 +179,10 @@ def finetune_text_classification(model_dir, train_file, dev_file=None, output_di
                                  text_column: str = "text", text_pair_column: str | None = None,
                                  label_column: str = "label", id_column: str | None = None,
                                  regression: bool | None = None, file_format: str | None = None,
-                                 **options) -> TaskResult:
+                                 settings: RunSettings | None = None, **options) -> TaskResult:
     """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files; the
-    TaskResult's document is results.json. `options` are the runner's RunSettings (default: the
-    paper's GLUE grid, as `--grid paper`).
+    TaskResult's document is results.json. `settings` / `options`: own_data_settings's (default:
+    one run, as `bertkit finetune text-classification`; grid="paper" for the paper's GLUE grid).
 
     Labels: any strings, sorted (numerically when all are whole numbers) into config.json's
     id2label; regression (one output, MSE loss) when `regression` is True, or when None and every
@@ -164,36 +192,35 @@ def finetune_text_classification(model_dir, train_file, dev_file=None, output_di
     task = TextClassificationTask(train_file, dev_file, test_file, text_column=text_column,
                                   text_pair_column=text_pair_column, label_column=label_column, id_column=id_column,
                                   regression=regression, file_format=file_format)
-    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(TEXT_DEFAULTS, **options))
+    return runner.finetune(task, model_dir, output_dir, own_data_settings(TEXT_DEFAULTS, settings, **options))
 
 
 # ---------------------------------------------------------------- token classification
 
 
-# The paper's fine-tuning grid (appendix A.3) is `--grid paper`; one run at ner's learning rate otherwise.
-TOKEN_DEFAULTS = Defaults(learning_rates=(5e-5, 3e-5, 2e-5), learning_rate=5e-5, epochs=(2, 3, 4), batch_sizes=(16, 32),
-                          max_seq_length=128, eval_batch_size=64, anchor="the paper's fine-tuning grid (appendix A.3)")
+TOKEN_DEFAULTS = Defaults(learning_rates=(5e-5, 3e-5, 2e-5), epochs=(2, 3, 4), batch_sizes=(16, 32), max_seq_length=128,
+                          eval_batch_size=64, anchor="the paper's fine-tuning grid (appendix A.3)", **OWN_DATA_RUN)
 
 
 def finetune_token_classification(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                                   tag_column: int | None = None, tokens_field: str = "tokens",
-                                  tags_field: str = "tags", skip_bad_rows: bool = False,
-                                  dev_fraction: float | None = None, split_seed: int = 0,
-                                  doc_context: bool = False, cased: bool | None = None, **options) -> TaskResult:
+                                  tags_field: str = "tags", doc_context: bool = False, cased: bool | None = None,
+                                  settings: RunSettings | None = None, **options) -> TaskResult:
     """Fine-tune BertForTokenClassification on the user's CoNLL-style or JSON lines files, any tag
-    set, as ner.py's task (its windows, conlleval, results.json) through the runner (`options` are
-    its RunSettings). Tags are trained as written (IOB1, IOB2, IOBES, or a tag set without chunks);
+    set, as ner.py's task (its windows, conlleval, results.json) through the runner (`settings` /
+    `options`: own_data_settings's, default one run as the command line's). Tags are trained as written (IOB1, IOB2, IOBES, or a tag set without chunks);
     the best run is the one with the best dev chunk F1 (conlleval, which reads all three chunk
     schemes), or token accuracy for a tag set without chunks. Without a dev file, `dev_fraction` of
     the training sentences (seeded by split_seed) is dev; with neither, one run is trained and saved
     without selection. Writes (with output_dir) what finetune_ner writes: model/, results.json,
     dev/test predictions, metrics.jsonl."""
-    data = _tagging_data(train_file, dev_file, test_file, dev_fraction, split_seed, skip_bad_rows=skip_bad_rows,
+    s = own_data_settings(TOKEN_DEFAULTS, settings, **options)
+    data = _tagging_data(train_file, dev_file, test_file, s.dev_fraction, s.split_seed, skip_bad_rows=s.skip_bad_rows,
                          tag_column=tag_column, tokens_field=tokens_field, tags_field=tags_field)
     select_on = "accuracy" if data["train"].scheme == "tags" else "f1"
     task = NerTask(data=data, doc_context=doc_context, cased=cased, select_on=select_on, name="token-classification")
-    return runner.finetune(task, model_dir, output_dir,
-                           RunSettings.paper(NER_DEFAULTS, skip_bad_rows=skip_bad_rows, **options))
+    # Dev is held out of whole sentences above, so the runner splits nothing further.
+    return runner.finetune(task, model_dir, output_dir, dataclasses.replace(s, dev_fraction=None))
 
 
 def _tagging_data(train_file, dev_file, test_file, dev_fraction, split_seed, skip_bad_rows: bool, **columns) -> dict:
@@ -227,20 +254,23 @@ def _tagging_data(train_file, dev_file, test_file, dev_fraction, split_seed, ski
 # ---------------------------------------------------------------- multiple choice
 
 
-MC_DEFAULTS = PAPER_MC_DEFAULTS  # the paper's SWAG settings (§4.4): one run, lr 2e-5, batch 16, 3 epochs
+MC_DEFAULTS = dataclasses.replace(PAPER_MC_DEFAULTS, **OWN_DATA_RUN)  # --grid paper: SWAG's lr 2e-5, batch 16 (§4.4)
 
 
 def finetune_choices(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                      question_column: str = "question", choice_columns: Sequence[str] = ("choices",),
                      label_column: str = "label", context_column: str | None = None, id_column: str | None = None,
-                     file_format: str | None = None, **options) -> TaskResult:
+                     file_format: str | None = None, settings: RunSettings | None = None,
+                     **options) -> TaskResult:
     """Fine-tune BertForMultipleChoice on the user's CSV / TSV / JSON lines files with
-    multiple_choice.py's protocol (`options` are finetune_multiple_choice's)."""
+    multiple_choice.py's protocol (`settings` / `options`: own_data_settings's, default one run
+    as the command line's)."""
     reader = functools.partial(_read_choices, question_column=question_column, choice_columns=list(choice_columns),
                                label_column=label_column, context_column=context_column, id_column=id_column,
                                fmt=file_format)
+    s = own_data_settings(MC_DEFAULTS, settings, **options)
     return finetune_multiple_choice(model_dir, train_file, dev_file, output_dir, test_file=test_file, reader=reader,
-                                    task_name="multiple-choice", requires_dev=False, **options)
+                                    task_name="multiple-choice", requires_dev=False, **dataclasses.asdict(s))
 
 
 def _read_choices(path, skip_bad_rows=False, **columns):
@@ -250,8 +280,8 @@ def _read_choices(path, skip_bad_rows=False, **columns):
 # ---------------------------------------------------------------- extractive question answering
 
 
-# The paper's SQuAD settings (§4.2): lr 5e-5, batch 32, 3 epochs, windows of 384 (one run).
-QA_DEFAULTS = squad.SQUAD_DEFAULTS
+# Windows of 384 as the paper's SQuAD settings (§4.2); --grid paper: its lr 5e-5, batch 32, 3 epochs.
+QA_DEFAULTS = dataclasses.replace(squad.SQUAD_DEFAULTS, **OWN_DATA_RUN)
 
 
 QuestionAnsweringTask = squad.SquadTask  # the user's SQuAD-format files: the SQuAD task object itself
@@ -260,15 +290,16 @@ QuestionAnsweringTask = squad.SquadTask  # the user's SQuAD-format files: the SQ
 def finetune_question_answering(model_dir, train_file, dev_file=None, output_dir=None, *, version: str | None = None,
                                 doc_stride: int = 128, max_query_length: int = 64, n_best_size: int = 20,
                                 max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
-                                search_null_threshold: bool = True, **options) -> TaskResult:
+                                search_null_threshold: bool = True, settings: RunSettings | None = None,
+                                **options) -> TaskResult:
     """Fine-tune BertForQuestionAnswering on the user's SQuAD-format JSON (v1.1, or v2.0 with
     is_impossible) over the grid lr x epochs x batch size x seeds; the best run on dev F1 wins.
 
     Every run predicts the dev file as `bertkit finetune squad` does (windows, n-best, and for v2.0
     the null threshold searched on the dev answers unless search_null_threshold is False) and is
     scored by the official evaluator: its metrics are the official exact match and F1 (v2.0 also
-    HasAns / NoAns and best_*) as fractions, at the applied threshold. `options` are the runner's
-    RunSettings (default: the paper's SQuAD settings); batch sizes are effective batches of
+    HasAns / NoAns and best_*) as fractions, at the applied threshold. `settings` / `options`:
+    own_data_settings's (default one run, as the command line's); batch sizes are effective batches of
     grad_accum micro-batches. With output_dir: results.json (every run, the best, mean / sd /
     median per setting, the best run's official metrics), the best run's predictions.json,
     nbest_predictions.json (and null_odds.json), model/ and metrics.jsonl (every run's in runs/<run>/)."""
@@ -276,7 +307,40 @@ def finetune_question_answering(model_dir, train_file, dev_file=None, output_dir
                                  max_query_length=max_query_length, n_best_size=n_best_size,
                                  max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold,
                                  search_null_threshold=search_null_threshold)
-    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(QA_DEFAULTS, **options))
+    return runner.finetune(task, model_dir, output_dir, own_data_settings(QA_DEFAULTS, settings, **options))
+
+
+# ---------------------------------------------------------------- the Python call
+
+
+def finetune(task: str, model, train_file, output=None, *, dev_file=None, test_file=None,
+             settings: RunSettings | None = None, **options) -> TaskResult:
+    """Fine-tune `model` (a folder or Hub id) on your own files, as `bertkit finetune TASK` does with
+    the same defaults (one run: learning rate 5e-5, batch 8, 3 epochs; grid="paper" for the paper's
+    settings), and return its TaskResult (`.metrics`, `.document`: results.json). With `output`
+    the command's files are written there (results.json, predictions, model/).
+
+    `task`: text-classification | token-classification | multiple-choice | question-answering.
+    `options`: the task's column options (text_column=, label_column=, tag_column= ..., as the
+    command's flags without the dashes) and any run setting (learning_rate=, num_train_epochs= or
+    epochs=, batch_size=, seed=: one value, or a list for a grid; max_seq_length=, dev_fraction=,
+    warmup_ratio=, precision= ...: tasks/runner.RunSettings' fields), or `settings`, a whole
+    RunSettings.
+
+        result = bertkit.finetune("text-classification", model="sentence-transformers/all-MiniLM-L6-v2",
+                                  train_file="reviews.csv", dev_fraction=0.2, output="reviews-model")
+        result.metrics["accuracy"]
+    """
+    functions = {"text-classification": finetune_text_classification,
+                 "token-classification": finetune_token_classification,
+                 "multiple-choice": finetune_choices, "question-answering": finetune_question_answering}
+    if task not in functions:
+        raise BertkitError(f"unknown task {task!r}; choose from {', '.join(functions)}")
+    if test_file is not None:
+        if task == "question-answering":
+            raise BertkitError("question-answering takes no test_file: predict new questions with bertkit.pipeline")
+        options["test_file"] = test_file
+    return functions[task](model, train_file, dev_file, output, settings=settings, **options)
 
 
 # ---------------------------------------------------------------- command line
@@ -298,9 +362,9 @@ def _add_table_arguments(parser) -> None:
 
 
 def _epilog(defaults) -> str:
-    return (f"One run by default (learning rate {defaults.single_learning_rate:g}, batch {defaults.batch_sizes[0]}, "
-            f"{defaults.epochs[0]:g} epochs); --grid paper runs {defaults.anchor}; comma lists make any grid, "
-            "best on dev wins.")
+    return (f"One run by default (learning rate {defaults.single_learning_rate:g}, batch {defaults.single_batch_size}, "
+            f"{defaults.single_epochs:g} epochs: transformers' Trainer defaults); --grid paper runs {defaults.anchor}; "
+            "comma lists make any grid, best on dev wins.")
 
 
 class TextClassification:
@@ -373,13 +437,10 @@ class TokenClassification:
         if args.eval_steps:
             raise BertkitError("--eval-steps: token classification scores dev after each run (or, with "
                                "--early-stopping-patience, after each epoch)")
-        options = sweep_options(args, TOKEN_DEFAULTS)
-        for unused in ("skip_bad_rows", "eval_steps"):
-            options.pop(unused)
         result = finetune_token_classification(
             args.model, args.train_file, args.dev_file, args.output, args.test_file, tag_column=args.tag_column,
-            tokens_field=args.tokens_field, tags_field=args.tags_field, skip_bad_rows=args.skip_bad_rows,
-            doc_context=args.doc_context, cased=args.cased, **options)
+            tokens_field=args.tokens_field, tags_field=args.tags_field, doc_context=args.doc_context,
+            cased=args.cased, **sweep_options(args, TOKEN_DEFAULTS))
         best = result.document["best"]
         scores = "" if best["dev"] is None else \
             f": dev F1 {best['dev']['f1']:.4f}, accuracy {best['dev']['accuracy']:.4f}"

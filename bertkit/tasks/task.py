@@ -43,6 +43,8 @@ class Defaults:
     learning_rate: float | None = None  # the one run's (own-data commands without --grid paper); None: the first
     epochs: tuple[float, ...] = (3,)
     batch_sizes: tuple[int, ...] = (32,)
+    batch_size: int | None = None  # the one run's, as learning_rate; None: the first
+    num_train_epochs: float | None = None  # the one run's, as learning_rate; None: the first
     max_seq_length: int = 128
     eval_batch_size: int = 128
     anchor: str = ""  # where they come from, for --help ("the paper's §4.1 GLUE protocol")
@@ -50,6 +52,14 @@ class Defaults:
     @property
     def single_learning_rate(self) -> float:
         return self.learning_rate if self.learning_rate is not None else self.learning_rates[0]
+
+    @property
+    def single_batch_size(self) -> int:
+        return self.batch_size if self.batch_size is not None else self.batch_sizes[0]
+
+    @property
+    def single_epochs(self) -> float:
+        return self.num_train_epochs if self.num_train_epochs is not None else self.epochs[0]
 
 
 @dataclasses.dataclass
