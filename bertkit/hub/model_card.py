@@ -43,6 +43,7 @@ TASK_TEXT = {
     "feature-extraction": "feature extraction (token vectors from the encoder)",
     "sentence-similarity": "sentence embeddings",
     "multiple-choice": "multiple choice",
+    "cross-encoder": "reranking (a cross-encoder: one relevance logit per query and passage)",
 }
 # Benchmarks whose data bertkit reads, as Hub dataset ids.
 KNOWN_DATASETS = {"squad": "rajpurkar/squad", "ner": "eriktks/conll2003", "ner-feature-based": "eriktks/conll2003",
@@ -126,11 +127,12 @@ def card_text(directory: Path, config, base_model=None) -> str:
         datasets.append("nyu-mll/glue")
     from .. import __version__
 
+    reranker = task == "cross-encoder"  # sentence-transformers' CrossEncoder; the Hub's text-ranking
     tags = ["bertkit", "bert"] + ([task] if task and task != pipeline_tag else []) + (
-        ["sentence-transformers"] if sentence_transformers else [])
+        ["sentence-transformers"] if sentence_transformers or reranker else []) + (["reranker"] if reranker else [])
     front = _front_matter({
-        "library_name": "sentence-transformers" if sentence_transformers else "transformers",
-        "base_model": base, "pipeline_tag": pipeline_tag, "tags": tags, "datasets": datasets,
+        "library_name": "sentence-transformers" if sentence_transformers or reranker else "transformers",
+        "base_model": base, "pipeline_tag": "text-ranking" if reranker else pipeline_tag, "tags": tags, "datasets": datasets,
         "license": None,
     })
     name = hub_id_of(directory) or directory.resolve().name
@@ -181,6 +183,16 @@ def card_text(directory: Path, config, base_model=None) -> str:
         if deviations:
             body += ["Deviations from the paper's setup: " + "; ".join(map(str, deviations)) + ".", ""]
     reference = hub_id_of(directory) or "PATH/TO/THIS/FOLDER"
+    if reranker:
+        if results.get("loss_class"):
+            body += [f"Trained with sentence-transformers' `{results['loss_class']}` (`--loss {results.get('loss')}`).",
+                     ""]
+        body += ["## Usage", "", "```python", "from sentence_transformers import CrossEncoder", "",
+                 f'model = CrossEncoder("{reference}")  # sigmoid of the logit, as config.json says',
+                 'scores = model.predict([("a query", "a passage"), ("a query", "another passage")])', "```", "",
+                 f"or `bertkit serve --model {reference}` (POST /rerank: the same scores), or `bertkit predict "
+                 f"text-classification --model {reference} --input FILE --output OUT.jsonl` (text, text_pair).", ""]
+        return front + "\n".join(body)
     auto = AUTO_CLASSES.get(architecture, "AutoModel")
     body += ["## Usage", "", "```python", f"from transformers import {auto}, AutoTokenizer",
              "", f'tokenizer = AutoTokenizer.from_pretrained("{reference}")',
