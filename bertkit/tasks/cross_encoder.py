@@ -328,7 +328,7 @@ class CrossEncoderTask(Task):
             raise BertkitError("no usable dev examples", path=dev.path)
         return Splits(train, dev, details={"train_file": str(self.files["train"]), "dev_file": _str(self.files["dev"]),
                                            "layout": found["layout"], "columns": found["columns"],
-                                           "loss": self.loss.name, "loss_anchor": self.loss.anchor,
+                                           "loss": self.loss.name, "loss_class": self.loss.anchor,
                                            **({"pos_weight": self.loss.pos_weight} if self.loss.pos_weight else {})})
 
     def tokenizer(self, model_dir):
@@ -407,7 +407,8 @@ def finetune_cross_encoder(model_dir, train_file, dev_file=None, output_dir=None
     task = CrossEncoderTask(train_file, dev_file, loss=loss, pos_weight=pos_weight, query_column=query_column,
                             passage_column=passage_column, label_column=label_column, file_format=file_format)
     d = CROSS_ENCODER_DEFAULTS
-    single = {"learning_rates": (d.single_learning_rate,), "epochs": d.epochs[:1], "batch_sizes": d.batch_sizes[:1]}
+    single = {"learning_rates": (d.single_learning_rate,), "epochs": (d.single_epochs,),
+              "batch_sizes": (d.single_batch_size,)}
     return runner.finetune(task, model_dir, output_dir, RunSettings.paper(d, **{**single, **options}))
 
 
@@ -453,8 +454,8 @@ class CrossEncoderFinetuning:
         add_sweep_arguments(parser, CROSS_ENCODER_DEFAULTS, own_data=True)
         d = CROSS_ENCODER_DEFAULTS
         parser.epilog = (f"One run by default, as sentence-transformers' CrossEncoder training examples: learning "
-                         f"rate {d.single_learning_rate:g}, batch {d.batch_sizes[0]} (pairs; listnet: queries), "
-                         f"{d.epochs[0]:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
+                         f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet: queries), "
+                         f"{d.single_epochs:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
                          f"--grid paper runs {d.anchor}; comma lists make any grid, best on dev wins.")
 
     @staticmethod
