@@ -42,6 +42,7 @@ TASK_TEXT = {
     "fill-mask": "masked language modelling (a pre-trained encoder to fine-tune)",
     "feature-extraction": "feature extraction (token vectors from the encoder)",
     "sentence-similarity": "sentence embeddings",
+    "sentence-embeddings": "sentence embeddings (semantic search, similarity, clustering)",
     "multiple-choice": "multiple choice",
     "cross-encoder": "reranking (a cross-encoder: one relevance logit per query and passage)",
 }
@@ -96,7 +97,9 @@ def _table(rows: list[tuple[str, object]]) -> list[str]:
 
 
 def _number(value) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:g}"  # learning rates: 2e-05
+    return str(value)
 
 
 def _run_record(directory: Path) -> dict:
@@ -158,8 +161,13 @@ def card_text(directory: Path, config, base_model=None) -> str:
     if record.get("kind") == "finetune":
         files = [(k.replace("_", " "), f"`{Path(str(v)).name}`") for k, v in results.items()
                  if k.endswith("_file") and v]
+        rows = [(f"{split} rows", results[key]) for split, key in (("train", "num_train_examples"),
+                                                                    ("dev", "num_dev_examples")) if results.get(key)]
         if files:
-            body += ["## Data", ""] + _table(files) + [""]
+            body += ["## Data", ""] + _table(files + (rows if sentence_transformers else [])) + [""]
+        training = [(k, results[k]) for k in ("loss", "pooling") if results.get(k)]
+        if training and sentence_transformers:
+            body += ["## Training", ""] + _table(training) + [""]
         best = results.get("best") or {}
         config_used = best.get("config") or results.get("config") or {}
         if config_used:
@@ -192,6 +200,14 @@ def card_text(directory: Path, config, base_model=None) -> str:
                  'scores = model.predict([("a query", "a passage"), ("a query", "another passage")])', "```", "",
                  f"or `bertkit serve --model {reference}` (POST /rerank: the same scores), or `bertkit predict "
                  f"text-classification --model {reference} --input FILE --output OUT.jsonl` (text, text_pair).", ""]
+        return front + "\n".join(body)
+    if sentence_transformers:
+        body += ["## Usage", "", "```python", "from sentence_transformers import SentenceTransformer", "",
+                 f'model = SentenceTransformer("{reference}")',
+                 'embeddings = model.encode(["A sentence to embed.", "Another one."])', "```", "",
+                 f"or `bertkit predict embeddings --model {reference} --input FILE --output OUT.jsonl`, "
+                 f'`bertkit.pipeline("sentence-embeddings", model="{reference}")`, `bertkit serve --model {reference}`.',
+                 ""]
         return front + "\n".join(body)
     auto = AUTO_CLASSES.get(architecture, "AutoModel")
     body += ["## Usage", "", "```python", f"from transformers import {auto}, AutoTokenizer",
