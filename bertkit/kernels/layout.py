@@ -121,8 +121,12 @@ def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int,
 
 
 def unpadding_for(attention_mask: torch.Tensor | None, options: KernelOptions = PROCESS_DEFAULT) -> Unpadded | None:
-    """An Unpadded for this batch when `options.unpad` says so, else None (run padded)."""
+    """An Unpadded for this batch when `options.unpad` says so, else None (run padded). "auto" unpads
+    only on the CPU: on a GPU SDPA takes the padded batch with its mask in one fused call, where
+    packed attention launches kernels per sequence, and deciding would read the mask back to the host."""
     if attention_mask is None or options.unpad == "never" or attention_mask.dim() != 2:
+        return None
+    if options.unpad == "auto" and attention_mask.device.type != "cpu":
         return None
     padding = attention_mask.numel() - int(attention_mask.count_nonzero())
     if padding == 0:
