@@ -33,6 +33,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from .. import flags
 from ..config import BertConfig
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
@@ -440,7 +441,7 @@ class CrossEncoderFinetuning:
                             help="bce: binary cross-entropy on each pair (sentence-transformers' "
                                  "BinaryCrossEntropyLoss; labels 0/1 or in [0, 1]); listnet: each query's passages "
                                  "in one softmax (ListNetLoss; labels any grades >= 0). Default bce")
-        parser.add_argument("--pos-weight", type=float, default=None,
+        parser.add_argument("--pos-weight", type=flags.positive_float, default=None,
                             help="bce: weight of the positive pairs' term (e.g. the negatives per positive)")
         parser.add_argument("--query-column", default=None,
                             help="column (JSON lines: field) holding the query (default: the first text column; "
