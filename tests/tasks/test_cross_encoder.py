@@ -246,3 +246,25 @@ def test_skip_bad_rows_counts_them(scorer_dir, tmp_path, capsys):
                  str(tmp_path / "out"), "--skip-bad-rows", *FAST]) == 0
     err = capsys.readouterr().err
     assert "skipped 2 malformed train row(s), first: " in err and "2 train pairs of 1 queries / no dev" in err
+
+
+def test_flat_dev_pairs_score_accuracy_and_f1_of_cross_encoder_probabilities(scorer_dir, tmp_path):
+    from sklearn.metrics import accuracy_score, f1_score
+
+    queries = _queries(2, range(3))
+    train = tmp_path / "train.jsonl"  # JSON lines: the text fields in order, graded labels in `score`
+    train.write_text("".join(json.dumps({"id": i, "q": q, "doc": d, "score": s}) + "\n" for i, (q, p, n) in
+                             enumerate(queries) for d, s in ((p, 0.9), (n[0], 0.1))), encoding="utf-8")
+    dev = tmp_path / "dev.tsv"  # one passage per query: scored as pairs
+    rows = [(f"{q} now", p if i % 2 else n[0], i % 2) for i, (q, p, n) in enumerate(queries)]  # label 1: on topic
+    dev.write_text("q\tdoc\tlabel\n" + "".join(f"{q}\t{d}\t{l}\n" for q, d, l in rows), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["finetune", "cross-encoder", "--model", str(scorer_dir), "--train-file", str(train), "--dev-file",
+                 str(dev), "--query-column", "q", "--output", str(out), "--learning-rate", "1e-3", *FAST]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["columns"] == {"query": "q", "passage": "doc", "label": "score"}
+    assert results["selection"].startswith("best dev F1") and set(results["best"]["metrics"]) == {"accuracy", "f1"}
+    probabilities = CrossEncoder(str(out / "model"), device="cpu").predict([(q, d) for q, d, _ in rows])
+    predicted, gold = [int(p >= 0.5) for p in probabilities], [l for _, _, l in rows]
+    assert results["best"]["metrics"]["accuracy"] == pytest.approx(accuracy_score(gold, predicted))
+    assert results["best"]["metrics"]["f1"] == pytest.approx(f1_score(gold, predicted, zero_division=0))
