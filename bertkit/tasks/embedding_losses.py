@@ -86,6 +86,9 @@ def mse(embeddings: list, labels: torch.Tensor) -> torch.Tensor:
     teachers = [labels] * len(embeddings) if labels.dim() == 2 else list(labels.unbind(1))
     if len(teachers) != len(embeddings):
         raise BertkitError(f"{len(teachers)} teacher embeddings per row for {len(embeddings)} text columns")
+    if teachers[0].shape[-1] != embeddings[0].shape[-1]:
+        raise BertkitError(f"the teacher's embeddings have {teachers[0].shape[-1]} dimensions, the student's "
+                           f"{embeddings[0].shape[-1]}: mse needs a teacher of the student's size")
     return torch.stack([F.mse_loss(e, t.to(e.dtype)) for e, t in zip(embeddings, teachers)]).mean()
 
 

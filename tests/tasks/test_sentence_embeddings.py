@@ -165,3 +165,59 @@ def test_task_reads_columns_in_file_order(tmp_path):
     task = SentenceEmbeddingTask(path)
     task.read(False)
     assert task.metric == "ndcg@10"
+
+
+def test_teacher_labels_are_the_teachers_embeddings_and_margins(tmp_path):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    rows = code_rows()[:4]
+    path = write_csv(tmp_path / "triples.csv", ["query", "positive", "negative"], rows)
+    teacher = sentence_transformers.SentenceTransformer(str(MODEL_DIR), device="cpu")
+    expected = torch.tensor(teacher.encode([t for r in rows for t in r])).view(4, 3, -1)
+    tokenizer = BertTokenizer.from_pretrained(MODEL_DIR)
+    from bertkit.tasks.embedding_losses import LossSpec
+
+    mse_task = SentenceEmbeddingTask(path, loss=LossSpec("mse"), teacher=MODEL_DIR)
+    mse_task.read(False)
+    labels = torch.tensor([f["labels"] for f in mse_task.encode(mse_task.read(False).train, tokenizer, 64)])
+    assert labels.shape == (4, 3, 384) and float((labels - expected).abs().max()) < 1e-5
+    margin_task = SentenceEmbeddingTask(path, loss=LossSpec("margin-mse"), teacher=MODEL_DIR)
+    scores = torch.tensor([f["labels"] for f in margin_task.encode(margin_task.read(False).train, tokenizer, 64)])
+    assert torch.allclose(scores, (expected[:, :1] * expected[:, 1:]).sum(-1), atol=1e-5)  # dot(q, p), dot(q, n)
+
+
+@pytest.mark.parametrize("extra", [["--loss", "mse", "--teacher", str(MODEL_DIR)],
+                                   ["--loss", "margin-mse", "--teacher", str(MODEL_DIR), "--pooling", "cls"],
+                                   ["--matryoshka-dims", "384,96", "--symmetric", "--mnrl-scale", "10"]])
+def test_distillation_and_matryoshka_commands_train_and_score(tmp_path, extra):
+    data = write_csv(tmp_path / "codes.csv", ["query", "answer", "negative"], code_rows()[:12])
+    assert main(["finetune", "sentence-embeddings", "--model", str(MODEL_DIR), "--train-file", str(data),
+                 "--dev-fraction", "0.5", "--output", str(tmp_path / "out"), "--batch-size", "6", *QUICK, *extra]) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["metrics"]["ndcg@10"] > 0 and results["loss"].startswith(
+        {"mse": "MSELoss", "margin-mse": "MarginMSELoss", "384,96": "MatryoshkaLoss"}[extra[1]])
+    pooling = json.loads((tmp_path / "out" / "model" / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_cls_token"] == ("cls" in extra)
+
+
+def test_a_cross_encoder_teacher_scores_each_query_passage_pair(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertkit import BertConfig
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.tasks.embedding_losses import LossSpec
+
+    tokenizer = BertTokenizer.from_pretrained(MODEL_DIR)
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64, num_labels=1)).save_pretrained(
+        tmp_path / "reranker", tokenizer=tokenizer)
+    rows = code_rows()[:3]
+    path = write_csv(tmp_path / "triples.csv", ["query", "positive", "negative"], rows)
+    task = SentenceEmbeddingTask(path, loss=LossSpec("margin-mse"), teacher=tmp_path / "reranker")
+    scores = [f["labels"] for f in task.encode(task.read(False).train, tokenizer, 64)]
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "reranker").eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "reranker")
+    with torch.no_grad():
+        pairs = hf_tokenizer([r[0] for r in rows for _ in (1, 2)], [r[c] for r in rows for c in (1, 2)],
+                             padding=True, return_tensors="pt")
+        expected = reference(**pairs).logits.view(3, 2)
+    assert torch.allclose(torch.tensor(scores), expected, atol=1e-5)
