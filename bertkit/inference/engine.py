@@ -166,14 +166,16 @@ class InferenceEngine:
         self.device = pick_device(device)
         if quantize == "int8" and (self.device.type != "cpu" or precision == "bf16"):
             raise BertkitError("int8 quantisation runs on the CPU with fp32 activations: drop --device / --precision bf16")
-        # Always unpadded, the token count rounded to ROW_MULTIPLE: a few GEMM shapes for oneDNN.
+        # On the CPU always unpadded, the token count rounded to ROW_MULTIPLE: a few GEMM shapes for
+        # oneDNN. On a GPU the model's own choice ("auto": SDPA on the padded batch, kernels/layout.py).
+        unpad = "always" if self.device.type == "cpu" else "auto"
         if model is None:
-            engine_kernels = kernels.default_options().replace(unpad="always", unpad_multiple=ROW_MULTIPLE)
+            engine_kernels = kernels.default_options().replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE)
             model = load_model(self.model_dir, require_head=True, kernels=engine_kernels)
         elif type(model).__name__ not in TASKS:
             raise BertkitError(f"model must be a bertkit model ({', '.join(TASKS)}), not {type(model).__name__}")
         else:  # a given model keeps its other options (it was built with them)
-            model.hold_kernels(model.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
+            model.hold_kernels(model.kernels.replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE))
         self.model = model.to(self.device).eval()
         self.quantize = quantize
         if quantize == "int8":
