@@ -2,7 +2,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export BERTKIT_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test demo bench clean docs
 
 $(VENV)/.installed: pyproject.toml
 	python3.11 -m venv $(VENV)
@@ -24,6 +24,11 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# The documentation site into site/ (a warning or a broken link fails it); installs the docs extra if missing.
+docs: setup
+	@$(PY) -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null || $(PY) -m pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) runs

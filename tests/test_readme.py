@@ -1,7 +1,7 @@
-"""README.md and docs/*.md run as written.
+"""README.md and every page of the documentation site (docs/**/*.md) run as written.
 
-Every ```sh and ```python block of a document runs in document order, in one scratch folder (as a
-reader following the page would), on small data:
+Every ```sh and ```python block of a page runs in page order, in one scratch folder per page (as a
+reader following that page would), on small data:
 - BERTKIT_DATA points at a small data folder laid out as the README's "Data" section says;
 - Hub ids are served by tests/hub_server.py: `bert-base-uncased` as a tiny random model with the
   real uncased vocabulary, `sentence-transformers/all-MiniLM-L6-v2` from the offline copy that the
@@ -10,7 +10,10 @@ reader following the page would), on small data:
   (uncased_L-12_H-768_A-12, ...) are made here: the TensorFlow ones are tests/fixtures/tf's tiny
   checkpoints under the released names.
 Shell blocks run in this process: `bertkit ...` lines through bertkit.cli.main (each must exit 0),
-with $VARIABLES and globs expanded as a shell would. ```text blocks are listings and hold no command.
+with $VARIABLES and globs expanded as a shell would. `bertkit serve ...` starts the real server (a
+subprocess, on a free port in place of the one written) and waits until it answers; the block's
+`curl` lines are sent to it and must be answered 200; at the end of the block it is stopped with
+SIGTERM and must exit 0. ```text blocks are listings and hold no command.
 """
 
 import glob
@@ -20,6 +23,9 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +37,10 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", flags=re.S | re.M)
 
 # Blocks not run, by document and first command, and why. Keep this short.
 NOT_RUN = {
+    ("README.md", "pip install"): "installs bertkit into the interpreter that runs this test",
     ("README.md", "make demo"): "the 11-minute demo reproduction and the test suite itself",
+    ("docs/quickstart.md", "pip install"): "installs bertkit into the interpreter that runs this test",
+    ("docs/quickstart.md", "make demo"): "the 11-minute demo reproduction and the test suite itself",
     ("docs/speed.md", "python benchmarks/int8_accuracy.py"): "a 40-minute benchmark on the real GLUE data",
     ("docs/pretraining/README.md", "bertkit train-tokenizer"): "the record of a 40-minute run on the full corpora",
 }
@@ -42,6 +51,17 @@ SUBSTITUTIONS = {
     "--time-budget 15m": "--model-config tiny --max-steps 3 --batch-size 4 --eval-batches 1 --no-progress",
 }
 MINUTE_LIMIT_NOTE = "the whole module runs in about a minute on 2 cores"
+# What a page must have left in its scratch folder once its blocks ran (beyond each --output).
+EXPECTED_OUTPUTS = {
+    "README.md": ["runs/reviews/model/config.json", "labels.jsonl"],
+    "docs/quickstart.md": ["runs/reviews/model/config.json", "labels.jsonl"],
+    "docs/finetuning.md": ["runs/reviews/loss.png", "runs/mrpc/MRPC/model/config.json", "runs/squad/results.json",
+                           "runs/ner/results.json", "runs/codah/results.json", "runs/reviews-py/results.json"],
+    "docs/pre-training.md": ["run/README.md", "heldout128"],
+    "docs/predict.md": ["dev-labels.tsv", "answers.tsv", "vectors.jsonl"],
+    "docs/models.md": ["bert-base-uncased/config.json", "mrpc-model/config.json", "squad-model/config.json"],
+    "docs/export.md": ["bert.onnx", "bert-int8.onnx", "vectors-int8.jsonl"],
+}
 
 
 def blocks(document: Path) -> list[tuple[str, str]]:
@@ -81,7 +101,8 @@ def _gzip_text(path: Path, documents: list[list[str]]) -> None:
 
 
 def make_data_folder(root: Path) -> Path:
-    """corpus/, glue/MRPC, squad/ as the README's Data section lays them out, a few lines each."""
+    """corpus/, glue/MRPC, squad/, conll2003/, multiple-choice/ as Quickstart's Data section lays them
+    out, a few lines each."""
     words = ["cat", "dog", "film", "river", "city", "music", "winter", "garden"]
     for number, name in enumerate(("nltk2008", "gutenberg_digiuga", "enwiki2015")):
         documents = [[f"The {words[(d + s) % 8]} near the {words[(d * 3 + s + number) % 8]} was seen on day {s} ."
@@ -102,7 +123,19 @@ def make_data_folder(root: Path) -> Path:
         {"id": "q1", "question": "When does it open ?", "answers": [{"text": "nine",
                                                                   "answer_start": context.index("nine")}]}]}]}]}
     (root / "squad").mkdir()
-    (root / "squad" / "dev-v1.1.json").write_text(json.dumps(squad), encoding="utf-8")
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        (root / "squad" / name).write_text(json.dumps(squad), encoding="utf-8")
+    conll = root / "conll2003"
+    conll.mkdir()
+    sentences = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\ncall NN I-NP O\n\n" \
+                "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n\n"
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (conll / name).write_text(sentences * 2, encoding="utf-8")
+    choices = root / "multiple-choice"
+    choices.mkdir()
+    codah = [",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"]
+    codah += [f"{i},codah_{i},{i},I am hungry. I,I am hungry.,I,gold,eat.,fly.,sing.,swim.,{i % 4}" for i in range(10)]
+    (choices / "codah.csv").write_text("\n".join(codah) + "\n", encoding="utf-8")
     return root
 
 
@@ -166,19 +199,78 @@ def reader_world(hub_server, tiny_model, tmp_path, monkeypatch):
     return work
 
 
+class Server:
+    """`bertkit serve ...` as a page writes it, run for real in a subprocess on a free port."""
+
+    def __init__(self, words: list[str], where: str):
+        from http_server import free_port, request
+
+        self.where, self.request = where, request
+        self.port = free_port()
+        words = [w for w in words if w != "&"]
+        if "--port" in words:
+            self.written_port = words[words.index("--port") + 1]
+            words[words.index("--port") + 1] = str(self.port)
+        else:
+            self.written_port = "8080"
+            words += ["--port", str(self.port)]
+        self.process = subprocess.Popen([sys.executable, "-m", "bertkit", *words[1:]], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 300  # a loaded machine can take a minute just to import torch
+        while time.time() < deadline:
+            assert self.process.poll() is None, f"{where}: serve exited: {self.process.stderr.read()}"
+            try:
+                if request(self.port, "/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.process.kill()
+        raise AssertionError(f"{where}: serve did not answer /health")
+
+    def curl(self, words: list[str]) -> None:
+        """One `curl` line of the page, sent with urllib: its URL (port as written -> this server's), -d, -X."""
+        url = next(w for w in words if w.startswith("http"))
+        body = None
+        for flag in ("-d", "--data", "--data-raw"):
+            if flag in words:
+                body = words[words.index(flag) + 1].encode()
+        method = words[words.index("-X") + 1] if "-X" in words else None
+        path = url.split(f":{self.written_port}", 1)[1]
+        status, answer = self.request(self.port, path, raw=body, method=method)
+        assert status == 200 and answer, f"{self.where}: {' '.join(words)} -> {status} {answer}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        assert self.process.wait(120) == 0, f"{self.where}: serve did not exit 0 on SIGTERM"
+
+
 def run_shell(block: str, where: str) -> None:
     from bertkit.cli import main
 
-    for command in commands(block):
-        for old, new in SUBSTITUTIONS.items():
-            command = command.replace(old, new)
-        words = []
-        for word in shlex.split(os.path.expandvars(command), comments=True):
-            words.extend(sorted(glob.glob(word)) or [word] if any(c in word for c in "*?[") else [word])
-        assert words[0] == "bertkit", f"{where}: a command this test cannot run: {command}"
-        assert main(words[1:]) == 0, f"{where}: {command}"
-        if "--output" in words:
-            assert Path(words[words.index("--output") + 1]).exists(), f"{where}: no output from {command}"
+    server = None
+    try:
+        for command in commands(block):
+            for old, new in SUBSTITUTIONS.items():
+                command = command.replace(old, new)
+            words = []
+            for word in shlex.split(os.path.expandvars(command), comments=True):
+                words.extend(sorted(glob.glob(word)) or [word] if any(c in word for c in "*?[") else [word])
+            if words[:2] == ["bertkit", "serve"]:
+                assert server is None, f"{where}: two servers in one block"
+                server = Server(words, where)
+                continue
+            if words[0] == "curl":
+                assert server is not None, f"{where}: curl with no `bertkit serve` before it in the block"
+                server.curl(words)
+                continue
+            assert words[0] == "bertkit", f"{where}: a command this test cannot run: {command}"
+            assert main(words[1:]) == 0, f"{where}: {command}"
+            if "--output" in words and "--dry-run" not in words:
+                assert Path(words[words.index("--output") + 1]).exists(), f"{where}: no output from {command}"
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def run_python(block: str, where: str, capsys) -> None:
@@ -187,24 +279,34 @@ def run_python(block: str, where: str, capsys) -> None:
         assert capsys.readouterr().out.strip(), where
 
 
+def runnable(document: Path) -> list[tuple[int, str, str]]:
+    """(number, lang, body) of the page's blocks this test runs, in page order."""
+    return [(number, lang, body) for number, (lang, body) in enumerate(blocks(document))
+            if lang == "python" or (lang == "sh" and not any(
+                name_of(document) == doc and commands(body)[0].startswith(cmd) for doc, cmd in NOT_RUN))]
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=name_of)
-def test_the_page_runs_as_written(document, reader_world, capsys):
-    ran = 0
-    for number, (lang, body) in enumerate(blocks(document)):
+def test_the_page_runs_as_written(document, request, capsys):
+    to_run = runnable(document)
+    if not to_run:  # a page of prose, tables and listings: nothing to set up
+        assert name_of(document) not in EXPECTED_OUTPUTS
+        return
+    world = request.getfixturevalue("reader_world")
+    for number, lang, body in to_run:
         where = f"{name_of(document)} block {number}"
         if lang == "sh":
-            first = commands(body)[0]
-            if any(name_of(document) == doc and first.startswith(cmd) for doc, cmd in NOT_RUN):
-                continue
             run_shell(body, where)
-        elif lang == "python":
-            run_python(body, where, capsys)
         else:
-            continue
-        ran += 1
-    if document.name == "README.md" and document.parent == REPO:
-        assert ran >= 7
-        outputs = reader_world
-        assert (outputs / "runs" / "reviews" / "loss.png").is_file()
-        assert (outputs / "run" / "README.md").is_file() and (outputs / "heldout128").is_dir()
-        assert len(json.loads((outputs / "vectors.jsonl").read_text().splitlines()[0])["embedding"]) == 384
+            run_python(body, where, capsys)
+    if name_of(document) == "README.md":
+        assert len(to_run) >= 3  # the pipeline, fine-tune + predict, serve
+    for path in EXPECTED_OUTPUTS.get(name_of(document), []):
+        assert (world / path).exists(), f"{name_of(document)}: no {path} after its blocks ran"
+    if name_of(document) == "docs/predict.md":
+        first = json.loads((world / "vectors.jsonl").read_text().splitlines()[0])
+        assert len(first["embedding"]) == 384
+
+
+def test_expected_outputs_name_pages():
+    assert set(EXPECTED_OUTPUTS) <= {name_of(d) for d in DOCUMENTS}

@@ -1,6 +1,7 @@
-"""The README's promise, for every command `bertkit --help` lists (cli.COMMANDS): bad input stops with one
-`error:` line and exit status 2, no traceback; an input named as the output is never replaced, with
---overwrite or without. A command added to cli.COMMANDS without a case here fails this file."""
+"""The promise of docs/reference/command-line.md ("Bad input stops with one line"), for every command
+`bertkit --help` lists (cli.COMMANDS): bad input stops with one `error:` line and exit status 2, no
+traceback; an input named as the output is never replaced, with --overwrite or without. A command
+added to cli.COMMANDS without a case here fails this file."""
 
 from __future__ import annotations
 
