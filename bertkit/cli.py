@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("bertkit.inference.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
     "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll, and embeddings: sts | retrieval | reranking"),
     "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
+    "mine-hard-negatives": ("bertkit.inference.hard_negatives", "add hard negatives to (anchor, positive) pairs: "
+                                                                 "a training file for finetune sentence-embeddings"),
     "reproduce": ("bertkit.reproduce.command", "the paper end to end at a compute budget, with a report"),
     "plot": ("bertkit.train.plot", "PNG curves from a run's metrics.jsonl"),
     "convert": ("bertkit.hub.convert", "original TensorFlow checkpoint -> Hugging Face-layout folder"),
