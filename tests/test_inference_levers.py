@@ -156,3 +156,47 @@ def test_bucketed_attention_matches_per_sequence_attention(bucket):
 def test_attention_bucket_is_checked():
     with pytest.raises(BertkitError, match="attention_bucket must be 0"):
         KernelOptions(attention_bucket=-1)
+
+
+bf16_cpu = pytest.mark.skipif(not bertkit.device.cpu_features().bf16 or not kernels.onednn_available(),
+                              reason="bf16 packs need a CPU with native bf16 and torch with oneDNN")
+
+
+@bf16_cpu
+def test_bf16_pack_gives_autocasts_numbers_and_is_made_once():
+    """Under bf16 autocast the oneDNN pack holds bf16 weights: the very bits of autocast's own route
+    (the same bf16 operands, fp32 sums), packed once beside the fp32 pack, remade when weights change."""
+    model = small_model(kernels.options.replace(unpad="auto", unpad_multiple=8, packed_weights="none"))
+    batch = padded_batch([9, 17, 30])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        reference = model(**batch).last_hidden_state
+        model.hold_kernels(model.kernels.replace(packed_weights="onednn"))
+        packed = model(**batch).last_hidden_state
+    assert torch.equal(packed, reference)
+    packs = kernels.packed._PACKS[model.encoder.layer[0].attention.self.query]
+    assert set(packs) == {("onednn", torch.bfloat16)}
+    pack = packs[("onednn", torch.bfloat16)][1]
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**batch)
+        assert packs[("onednn", torch.bfloat16)][1] is pack  # not remade for an unchanged weight
+        model.encoder.layer[0].attention.self.query.weight.add_(0.01)
+        changed = model(**batch).last_hidden_state
+    assert packs[("onednn", torch.bfloat16)][1] is not pack
+    assert not torch.equal(changed, packed)
+
+
+def test_no_bf16_pack_where_autocast_is_not_bf16_inference():
+    """The pack route stays out of bf16 autocast with gradients, of fp16 autocast, and of the MKL mode."""
+    x = torch.randn(4, 8)
+    onednn = kernels.options.replace(packed_weights="onednn")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert kernels.packed.packed_dtype(x, onednn) is None  # gradients enabled
+        with torch.no_grad():
+            expected = torch.bfloat16 if bertkit.device.cpu_features().bf16 else None
+            assert kernels.packed.packed_dtype(x, onednn) is expected
+            if has_mkl:
+                assert kernels.packed.packed_dtype(x, onednn.replace(packed_weights="mkl")) is None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        assert kernels.packed.packed_dtype(x, onednn) is None
+    with torch.no_grad():
+        assert kernels.packed.packed_dtype(x, onednn) is torch.float32

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ..device import cpu_features
 from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, exporting
+from .packed import bf16_autocast_inference as _bf16_autocast_inference
 from .packed import packed_linear, packing_applies
 
 
@@ -72,13 +72,6 @@ def _onednn_applies(x: torch.Tensor, mode: str) -> bool:
 def _onednn_in_inference(mode: str) -> bool:
     """oneDNN runs the Linear layers of no-grad passes ("always" and "inference")."""
     return mode in ("always", "inference")
-
-
-def _bf16_autocast_inference(x: torch.Tensor) -> bool:
-    """Inference under CPU bf16 autocast on a CPU with native bf16 dot products. Elsewhere
-    oneDNN has no bf16 inner product (on AVX2 it fails to create one): torch's own route then."""
-    return (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
-            and not torch.is_grad_enabled() and cpu_features().bf16)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

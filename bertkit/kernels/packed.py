@@ -11,12 +11,16 @@ whose weights do not change between calls can have that done once:
   count tried: tests/test_inference_levers.py checks it), so one pack serves every call, each naming
   its own row count.
 * "onednn": oneDNN's blocked weight layout (`mkldnn._reorder_linear_weight`), run by the oneDNN
-  Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on.
+  Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on. Under
+  bf16 autocast on a CPU with native bf16 the pack is of the bf16 weights: autocast would otherwise
+  cast every weight to bf16 and oneDNN reorder it again on every call, which at a few rows (one
+  request) costs more than the GEMM itself. Same numbers as autocast's F.linear: the same bf16
+  operands, fp32 accumulation.
 
 The pack belongs to the module that owns the weight (kept beside it, freed with it) and is remade
 when the weight changes (an in-place update bumps its version): a second copy of the weights in
-memory. It applies without gradients to fp32 CPU tensors outside tracing and autocast; everywhere
-else the usual route runs.
+memory. It applies without gradients to fp32 CPU tensors outside tracing and autocast, and ("onednn")
+under CPU bf16 autocast where the CPU has bf16; everywhere else the usual route runs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from ..device import cpu_features
 from .options import KernelOptions, exporting
 
 
@@ -37,13 +42,32 @@ def has_pack(module: torch.nn.Module) -> bool:
     return bool(_PACKS.get(module))
 
 
+def bf16_autocast_inference(x: torch.Tensor) -> bool:
+    """Inference under CPU bf16 autocast on a CPU with native bf16 dot products. Elsewhere
+    oneDNN has no bf16 inner product (on AVX2 it fails to create one): torch's own route then."""
+    return (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+            and not torch.is_grad_enabled() and cpu_features().bf16)
+
+
+def packed_dtype(x: torch.Tensor, options: KernelOptions) -> torch.dtype | None:
+    """The dtype this call computes in from a pack: float32 (fp32 inference), bfloat16 (oneDNN packs
+    under bf16 autocast inference), or None: the usual route."""
+    if (options.packed_weights == "none" or torch.is_grad_enabled() or exporting() or x.device.type != "cpu"
+            or x.numel() == 0):
+        return None
+    if not torch.is_autocast_enabled("cpu"):
+        return torch.float32 if x.dtype == torch.float32 else None
+    if options.packed_weights == "onednn" and x.dtype in (torch.float32, torch.bfloat16) \
+            and bf16_autocast_inference(x):
+        return torch.bfloat16
+    return None
+
+
 def packing_applies(x: torch.Tensor, options: KernelOptions) -> bool:
-    return (options.packed_weights != "none" and not torch.is_grad_enabled() and not exporting()
-            and x.device.type == "cpu" and x.dtype == torch.float32 and x.numel() > 0
-            and not torch.is_autocast_enabled("cpu"))
+    return packed_dtype(x, options) is not None
 
 
-def _pack(mode: str, weight: torch.Tensor) -> torch.Tensor:
+def _pack(mode: str, weight: torch.Tensor) -> torch.Tensor:  # weight: fp32, or bf16 for "onednn"
     if mode == "mkl":
         # The batch size only sizes the pack; any row count may use it (see the module doc).
         return torch.ops.mkl._mkl_reorder_linear_weight(weight, 64)
@@ -51,29 +75,33 @@ def _pack(mode: str, weight: torch.Tensor) -> torch.Tensor:
 
 
 def packed_weights(holder: torch.nn.Module, mode: str, weights: tuple[torch.Tensor, ...],
-                   biases: tuple[torch.Tensor | None, ...]):
-    """(pack, weight, bias) for these weights (concatenated when several: query, key and value),
-    made once per mode and kept on `holder` until a weight changes."""
+                   biases: tuple[torch.Tensor | None, ...], dtype: torch.dtype = torch.float32):
+    """(pack, weight, bias) for these weights (concatenated when several: query, key and value) in
+    `dtype`, made once per mode and dtype and kept on `holder` until a weight changes."""
     key = (tuple((w.data_ptr(), w._version) for w in weights),
            tuple(None if b is None else (b.data_ptr(), b._version) for b in biases))
     # One pack per mode (a model switched between modes keeps both), held beside the module rather
     # than on it: never in a state dict, and copy.deepcopy / pickling of a model that has run never
     # meet oneDNN's opaque tensors (which have no storage to copy); a copy packs its own on first use.
     packs = _PACKS.setdefault(holder, {})
-    cached = packs.get(mode)
+    cached = packs.get((mode, dtype))
     if cached is None or cached[0] != key:
         cached = None  # a stale pack goes before the new one is made (one copy at a time)
-        packs.pop(mode, None)
-        weight = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().float().contiguous()
+        packs.pop((mode, dtype), None)
+        weight = (weights[0] if len(weights) == 1 else torch.cat(weights)).detach().to(dtype).contiguous()
         bias = None if biases[0] is None else (biases[0] if len(biases) == 1 else torch.cat(biases)).detach()
-        packs[mode] = cached = (key, _pack(mode, weight), weight, bias)
+        bias = None if bias is None else bias.to(dtype)
+        packs[(mode, dtype)] = cached = (key, _pack(mode, weight), weight, bias)
     return cached[1:]
 
 
 def packed_linear(holder: torch.nn.Module, x: torch.Tensor, weights: tuple[torch.Tensor, ...],
                   biases: tuple[torch.Tensor | None, ...], options: KernelOptions, gelu: bool = False) -> torch.Tensor:
-    """x @ W.T + b (then the exact GELU with `gelu`) through the pack of `options.packed_weights`."""
-    pack, weight, bias = packed_weights(holder, options.packed_weights, weights, biases)
+    """x @ W.T + b (then the exact GELU with `gelu`) through the pack of `options.packed_weights`
+    (in bf16 under bf16 autocast: `packed_dtype`)."""
+    dtype = packed_dtype(x, options) or torch.float32
+    pack, weight, bias = packed_weights(holder, options.packed_weights, weights, biases, dtype)
+    x = x.to(dtype)
     if options.packed_weights == "mkl":
         x = x.contiguous()
         y = torch.ops.mkl._mkl_linear(x, pack, weight, bias, x.numel() // x.shape[-1])
