@@ -91,14 +91,16 @@ def matmul_peak(size: int = 2048, repeats: int = 7) -> dict[str, float]:
 # ---------------------------------------------------------------- timing
 
 
-def alternate(steps: dict, warmup: int, repeats: int, shuffle_seed: int | None = None) -> dict[str, list[float]]:
+def alternate(steps: dict, warmup: int, repeats: int, shuffle_seed: int | None = None,
+              settle: float = 0.0) -> dict[str, list[float]]:
     """Run each callable once per round, rotating the order, so that load on a shared machine falls
     on all of them alike; returns each one's seconds per round (warm-up rounds dropped).
 
     Rotation keeps every callable behind the same predecessor. With `shuffle_seed` each round's order
     is a fresh (seeded) permutation instead: for engines whose worker threads keep spinning after a
     call (OpenMP's KMP_BLOCKTIME, ONNX Runtime's spinning pool), so that no engine always runs
-    right after the same spinning one."""
+    right after the same spinning one. `settle`: seconds of rest (untimed) before each call, for the
+    spinning threads of the one before it to go quiet."""
     names = list(steps)
     times = {name: [] for name in names}
     rng = random.Random(shuffle_seed)
@@ -108,6 +110,8 @@ def alternate(steps: dict, warmup: int, repeats: int, shuffle_seed: int | None =
         if shuffle_seed is not None:
             rng.shuffle(order)
         for name in order:
+            if settle:
+                time.sleep(settle)
             start = time.perf_counter()
             steps[name]()
             elapsed = time.perf_counter() - start

