@@ -1,16 +1,23 @@
 """One reader for the CSV / TSV tables users bring (predict inputs, own-data fine-tuning files).
 
-csv module semantics throughout: a quoted field may hold the delimiter, quotes or line breaks;
-any line ending (LF, CRLF, CR alone) ends a record; a UTF-8 byte-order mark (Excel's "CSV UTF-8")
+Quoting (`--quoting`): CSV is read with csv quoting (a quoted field may hold the delimiter, quotes
+or line breaks); TSV as GLUE's own reader reads it (the original's `_read_tsv`, `csv.reader(f,
+delimiter="\t", quotechar=None)`): every tab separates fields and a quote is text, so
+`"Oh, you're such a good person!<TAB>You're...` stays two fields. `quoting="csv"` reads a TSV
+written with csv quoting (a quoted field holding tabs or line breaks), `"none"` a CSV without it.
+Any line ending (LF, CRLF, CR alone) ends a record; a UTF-8 byte-order mark (Excel's "CSV UTF-8")
 is not part of the first column's name. The header must name each column once: two columns
 named "text" would leave it to chance which one the model reads. Every problem is one
-BertkitError naming the file and the record's first line.
+BertkitError naming the file and the record's first line. Inputs may be pipes (`<(cmd)`, a FIFO):
+the readers here read a file once, start to end.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
@@ -18,6 +25,28 @@ from typing import IO, Callable, Iterator, Sequence
 from .errors import BertkitError
 
 DELIMITERS = {"csv": ",", "tsv": "\t"}
+QUOTING = ("none", "csv")  # the --quoting choices; the default follows the format (default_quoting)
+
+
+def default_quoting(fmt: str) -> str:
+    """csv quoting for CSV; none for TSV, as GLUE's files are written and read."""
+    return "none" if fmt == "tsv" else "csv"
+
+
+def is_readable_file(path: str | Path) -> bool:
+    """A regular file, or a stream read once from start to end: a pipe (`--input <(cmd)`, a named
+    FIFO) or a character device (/dev/stdin on a terminal). Folders, sockets and missing paths are not."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
+def check_input_file(path: str | Path, what: str = "input file") -> None:
+    """Refuse, by name, an input that is missing or that cannot be read as a file (a folder)."""
+    if not is_readable_file(path):
+        raise BertkitError(f"{what} not found" if not os.path.lexists(path) else "not a file", path=str(path))
 
 
 def open_text(path: str | Path, newline: str | None = None) -> IO[str]:
@@ -25,8 +54,7 @@ def open_text(path: str | Path, newline: str | None = None) -> IO[str]:
     csv (it finds the line ends itself, quoted ones included); None splits on LF, CRLF and CR alike."""
     if str(path) == "-":
         return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", newline=newline)
-    if not Path(path).is_file():
-        raise BertkitError("input file not found" if not Path(path).exists() else "not a file", path=str(path))
+    check_input_file(path)
     return open(path, encoding="utf-8-sig", newline=newline)
 
 
@@ -78,12 +106,21 @@ def distinct_columns(columns: dict[str, str | None]) -> None:
         seen[column] = flag
 
 
-def table_rows(handle: IO[str], name: str, fmt: str,
-               bad: Callable[[int, str], None] | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+def table_rows(handle: IO[str], name: str, fmt: str, bad: Callable[[int, str], None] | None = None,
+               quoting: str | None = None) -> tuple[list[str], Iterator[tuple[int, dict]]]:
     """(header, iterator of (first line of the record, {column: value})) for a CSV or TSV table opened
-    with open_text(..., newline=""). Blank records are skipped; a record with the wrong number of
-    fields goes to `bad(line, problem)` (which may skip it or raise), or stops the read."""
-    reader = csv.reader(handle, delimiter=DELIMITERS[fmt])
+    with open_text(..., newline=""). `quoting`: "csv" or "none" (default: default_quoting(fmt)).
+    Blank records are skipped; a record with the wrong number of fields goes to `bad(line, problem)`
+    (which may skip it or raise), or stops the read."""
+    quoting = quoting or default_quoting(fmt)
+    if quoting not in QUOTING:
+        raise BertkitError(f"quoting must be one of {', '.join(QUOTING)}, not {quoting!r}")
+    options = {"quoting": csv.QUOTE_NONE} if quoting == "none" else {}
+    reader = csv.reader(handle, delimiter=DELIMITERS[fmt], **options)
+    # How the record was split, in the message: the other quoting may be what the file needs.
+    separator = "comma" if fmt == "csv" else "tab"
+    hint = (f" (read without quoting: every {separator} separates fields)" if quoting == "none"
+            else " (read with csv quoting: a field that opens with a quote runs to the closing quote)")
     try:
         header = next(reader, None)
     except (csv.Error, UnicodeDecodeError) as e:
@@ -105,8 +142,8 @@ def table_rows(handle: IO[str], name: str, fmt: str,
                 raise BertkitError(f"not valid UTF-8 ({e.reason})", name, start) from None
             if any(f.strip() for f in fields):
                 if len(fields) != len(header):
-                    problem = (f"expected {len(header)} {'comma' if fmt == 'csv' else 'tab'}-separated fields "
-                               f"({', '.join(header)}), found {len(fields)}")
+                    problem = (f"expected {len(header)} {separator}-separated fields "
+                               f"({', '.join(header)}), found {len(fields)}{hint}")
                     if bad is None:
                         raise BertkitError(problem, name, start)
                     bad(start, problem)
@@ -118,15 +155,19 @@ def table_rows(handle: IO[str], name: str, fmt: str,
 
 
 class TableWriter:
-    """CSV or TSV rows: a field holding the delimiter, a quote, CR or LF is quoted (RFC 4180, as csv
-    readers and spreadsheets expect), never written raw where it would split a record. (Python 3.11's
-    csv.writer leaves a lone CR unquoted when the line ends in LF.)"""
+    """CSV or TSV rows: a field holding the delimiter, CR or LF is quoted (RFC 4180, as csv readers
+    and spreadsheets expect), never written raw where it would split a record. CSV also quotes a
+    field holding a quote; TSV only one that starts with a quote (which csv-quoting readers would
+    take as an opening), so that quotes inside TSV text read back as written without quoting, as
+    GLUE's files hold them. (Python 3.11's csv.writer leaves a lone CR unquoted when the line ends
+    in LF.)"""
 
     def __init__(self, handle: IO[str], fmt: str):
         self.handle, self.delimiter = handle, DELIMITERS[fmt]
 
     def field(self, value: str) -> str:
-        if any(c in value for c in (self.delimiter, '"', "\r", "\n")):
+        if (any(c in value for c in (self.delimiter, "\r", "\n"))
+                or ('"' in value if self.delimiter == "," else value.startswith('"'))):
             return '"' + value.replace('"', '""') + '"'
         return value
 

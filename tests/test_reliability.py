@@ -339,3 +339,44 @@ def test_saved_model_files_are_readable_by_others(tmp_path):
         os.umask(old)
     for name in ("model.safetensors", "config.json"):
         assert stat.S_IMODE(os.stat(model / name).st_mode) == 0o644, name
+
+
+# ---- issue 41: inputs that are pipes (`--input <(cmd)`, a FIFO) are read
+
+
+def _fifo(tmp_path, name: str, text: str) -> Path:
+    """A named pipe that hands out `text` once to the first reader, as `<(printf ...)` would."""
+    import threading
+
+    path = tmp_path / name
+    os.mkfifo(path)
+
+    def write():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    threading.Thread(target=write, daemon=True).start()
+    return path
+
+
+def test_predict_reads_a_pipe(tiny, tmp_path, capsys):
+    fifo = _fifo(tmp_path, "texts", "the cat sat\na dog\n")
+    code, err = run_cli_stderr(["predict", "embeddings", "--model", tiny["model"], "--input", fifo, "--output",
+                                tmp_path / "e.jsonl", "--precision", "fp32"], capsys)
+    assert code == 0, err
+    assert len((tmp_path / "e.jsonl").read_text().splitlines()) == 2
+    (tmp_path / "folder").mkdir()  # what is not a file or a pipe is still refused by name
+    code, err = run_cli_stderr(["predict", "embeddings", "--model", tiny["model"], "--input", tmp_path / "folder",
+                                "--output", tmp_path / "f.jsonl"], capsys)
+    assert code == 2 and err.strip() == f"error: {tmp_path / 'folder'}: not a file"
+
+
+def test_train_tokenizer_and_pretraining_data_read_a_pipe(tiny, tmp_path, capsys):
+    assert run_cli(["train-tokenizer", "--input", _fifo(tmp_path, "corpus", CORPUS), "--vocab-size", "40",
+                    "--output", tmp_path / "tok", "--min-frequency", "1"], capsys) == 0
+    words = (tmp_path / "tok" / "vocab.txt").read_text().split()
+    assert {"cat", "dog", "mat"} <= set(words)  # the pipe's text was read, not an empty stream
+    assert run_cli(["create-pretraining-data", "--input", _fifo(tmp_path, "corpus2", CORPUS), "--vocab",
+                    tiny["model"] / "vocab.txt", "--output", tmp_path / "data", "--max-seq-length", "16", "--max-predictions-per-seq", "2",
+                    "--dupe-factor", "1"], capsys) == 0
+    assert sum(s["instances"] for s in json.loads((tmp_path / "data" / "manifest.json").read_text())["shards"]) > 0

@@ -40,7 +40,7 @@ from .answer_defaults import AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWERI
 from ..device import DEFAULT_PRECISION, add_precision_argument, precision_label
 from ..errors import BertkitError, counted
 from ..outputs import atomic_write, check_output, folder_files, is_stdout, output_stream
-from ..tables import TableWriter, distinct_columns, open_text, require_columns, table_rows, text_lines
+from ..tables import TableWriter, check_input_file, distinct_columns, open_text, require_columns, table_rows, text_lines
 from .engine import InferenceEngine
 from ..kernels.int8 import QUANTIZE_CHOICES
 from .pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
@@ -292,8 +292,8 @@ def predict_file(task: str, model_dir: str | Path, input_path: str, output_path:
                               overwrite=overwrite, formats=output_formats(task), given_format=output_format,
                               default_format="jsonl")
     name = "<stdin>" if input_path == "-" else input_path
-    if input_path != "-" and not Path(input_path).is_file():
-        raise BertkitError("input file not found", path=input_path)
+    if input_path != "-":
+        check_input_file(input_path)  # a file, or a pipe (`--input <(cmd)`): read once
     renamed = {"text": options.text_column, "text_pair": options.text_pair_column}
     distinct_columns({"--text-column": options.text_column, "--text-pair-column": options.text_pair_column})
     fields = [renamed.get(f, f) for f in spec.fields]

@@ -49,6 +49,7 @@ from typing import Any
 import pysbd
 
 from ..errors import BertkitError
+from ..tables import is_readable_file
 
 logger = logging.getLogger("bertkit.pretraining")
 
@@ -106,7 +107,7 @@ def expand_inputs(inputs: Iterable[str | os.PathLike]) -> list[Path]:
             if not members:
                 raise BertkitError("input directory contains no files", path=str(path))
             files.extend(members)
-        elif path.is_file():
+        elif is_readable_file(path):  # a file, or a pipe (`--input <(cmd)`): both passes read the index
             files.append(path)
         elif path.exists():
             raise BertkitError("input is neither a file nor a directory", path=str(path))

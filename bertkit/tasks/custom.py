@@ -31,6 +31,7 @@ from typing import Sequence
 
 from .. import flags
 from ..errors import BertkitError
+from ..tables import QUOTING
 from ..heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
 from ..metrics.conll import evaluate_conll
 from ..metrics.glue import accuracy, pearson, spearman
@@ -109,10 +110,10 @@ class TextClassificationTask(Task):
 
     def __init__(self, train_file, dev_file=None, test_file=None, *, text_column: str = "text",
                  text_pair_column: str | None = None, label_column: str = "label", id_column: str | None = None,
-                 regression: bool | None = None, file_format: str | None = None):
+                 regression: bool | None = None, file_format: str | None = None, quoting: str | None = None):
         self.files = {"train": train_file, "dev": dev_file, "test": test_file}
         self.columns = {"text": text_column, "text_pair": text_pair_column, "label": label_column, "id": id_column}
-        self.regression, self.file_format = regression, file_format
+        self.regression, self.file_format, self.quoting = regression, file_format, quoting
         self.label = Path(train_file).stem
         self.labels, self.spec = None, None  # known once the training file is read
 
@@ -120,7 +121,7 @@ class TextClassificationTask(Task):
         c = self.columns
         read = functools.partial(read_text_file, text_column=c["text"], label_column=c["label"],
                                  text_pair_column=c["text_pair"], id_column=c["id"], skip_bad_rows=skip_bad_rows,
-                                 fmt=self.file_format)
+                                 fmt=self.file_format, quoting=self.quoting)
         # Every row with a label (checked while reading); ids name the predictions, of dev and test only.
         train = read(self.files["train"], id_column=None)
         self.regression = is_regression(train, self.regression)
@@ -179,7 +180,8 @@ def finetune_text_classification(model_dir, train_file, dev_file=None, output_di
                                  text_column: str = "text", text_pair_column: str | None = None,
                                  label_column: str = "label", id_column: str | None = None,
                                  regression: bool | None = None, file_format: str | None = None,
-                                 settings: RunSettings | None = None, **options) -> TaskResult:
+                                 quoting: str | None = None, settings: RunSettings | None = None,
+                                 **options) -> TaskResult:
     """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files; the
     TaskResult's document is results.json. `settings` / `options`: own_data_settings's (default:
     one run, as `bertkit finetune text-classification`; grid="paper" for the paper's GLUE grid).
@@ -191,7 +193,7 @@ def finetune_text_classification(model_dir, train_file, dev_file=None, output_di
     run's in runs/<run>/)."""
     task = TextClassificationTask(train_file, dev_file, test_file, text_column=text_column,
                                   text_pair_column=text_pair_column, label_column=label_column, id_column=id_column,
-                                  regression=regression, file_format=file_format)
+                                  regression=regression, file_format=file_format, quoting=quoting)
     return runner.finetune(task, model_dir, output_dir, own_data_settings(TEXT_DEFAULTS, settings, **options))
 
 
@@ -260,14 +262,14 @@ MC_DEFAULTS = dataclasses.replace(PAPER_MC_DEFAULTS, **OWN_DATA_RUN)  # --grid p
 def finetune_choices(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
                      question_column: str = "question", choice_columns: Sequence[str] = ("choices",),
                      label_column: str = "label", context_column: str | None = None, id_column: str | None = None,
-                     file_format: str | None = None, settings: RunSettings | None = None,
-                     **options) -> TaskResult:
+                     file_format: str | None = None, quoting: str | None = None,
+                     settings: RunSettings | None = None, **options) -> TaskResult:
     """Fine-tune BertForMultipleChoice on the user's CSV / TSV / JSON lines files with
     multiple_choice.py's protocol (`settings` / `options`: own_data_settings's, default one run
     as the command line's)."""
     reader = functools.partial(_read_choices, question_column=question_column, choice_columns=list(choice_columns),
                                label_column=label_column, context_column=context_column, id_column=id_column,
-                               fmt=file_format)
+                               fmt=file_format, quoting=quoting)
     s = own_data_settings(MC_DEFAULTS, settings, **options)
     return finetune_multiple_choice(model_dir, train_file, dev_file, output_dir, test_file=test_file, reader=reader,
                                     task_name="multiple-choice", requires_dev=False, **dataclasses.asdict(s))
@@ -358,6 +360,9 @@ def _add_file_arguments(parser, what: str) -> None:
 def _add_table_arguments(parser) -> None:
     parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
                         help="file format (default: from the extension: .csv, .tsv, .jsonl)")
+    parser.add_argument("--quoting", choices=QUOTING, default=None,
+                        help="none: every delimiter separates fields and quotes are text (TSV's default, as GLUE's "
+                             "reader); csv: a quoted field may hold the delimiter or line breaks (CSV's default)")
     parser.add_argument("--id-column", default=None, help="column copied to the prediction files (default: line number)")
 
 
@@ -399,7 +404,8 @@ class TextClassification:
         finetune_text_classification(
             args.model, args.train_file, args.dev_file, args.output, args.test_file, text_column=args.text_column,
             text_pair_column=args.text_pair_column, label_column=args.label_column, id_column=args.id_column,
-            regression=args.regression, file_format=args.file_format, **sweep_options(args, TEXT_DEFAULTS))
+            regression=args.regression, file_format=args.file_format, quoting=args.quoting,
+            **sweep_options(args, TEXT_DEFAULTS))
         return 0
 
 
@@ -480,7 +486,8 @@ class MultipleChoice:
         finetune_choices(args.model, args.train_file, args.dev_file, args.output, args.test_file,
                          question_column=args.question_column, choice_columns=args.choice_columns,
                          label_column=args.label_column, context_column=args.context_column,
-                         id_column=args.id_column, file_format=args.file_format, **sweep_options(args, MC_DEFAULTS))
+                         id_column=args.id_column, file_format=args.file_format, quoting=args.quoting,
+                         **sweep_options(args, MC_DEFAULTS))
         return 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..errors import BertkitError
-from ..tables import distinct_columns, table_rows
+from ..tables import check_input_file, distinct_columns, table_rows
 from .examples import BadRows, Examples
 from .glue import GlueExample
 from .multiple_choice import MultipleChoiceExample, read_utf8
@@ -39,18 +39,20 @@ def table_format(path: Path, given: str | None = None) -> str:
     return fmt
 
 
-def read_table(path: str | Path, bad: BadRows, fmt: str | None = None) -> tuple[list[str] | None, Iterator]:
+def read_table(path: str | Path, bad: BadRows, fmt: str | None = None,
+               quoting: str | None = None) -> tuple[list[str] | None, Iterator]:
     """(column names, or None for JSON lines; an iterator of (line number, {column: value})).
-    CSV and TSV have a header row and may quote fields (a quoted field may hold the delimiter or a
-    line break); JSON lines hold one object per line. A malformed row goes to `bad`."""
+    CSV and TSV have a header row; `quoting` as tables.table_rows (default: CSV quoted, a quoted
+    field may hold the delimiter or a line break; TSV as GLUE's reader, every tab a separator).
+    JSON lines hold one object per line. A malformed row goes to `bad`. The file is read once, so
+    it may be a pipe."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError("file not found", path=str(path))
+    check_input_file(path, "file")
     fmt = table_format(path, fmt)
     text = read_utf8(path)
     if fmt == "jsonl":
         return None, _json_rows(text, bad)
-    return table_rows(io.StringIO(text, newline=""), str(path), fmt, bad)
+    return table_rows(io.StringIO(text, newline=""), str(path), fmt, bad, quoting)
 
 
 def _json_rows(text: str, bad: BadRows) -> Iterator[tuple[int, dict]]:
@@ -110,7 +112,7 @@ def label_value(value) -> str | None:
 
 def read_text_file(path: str | Path, text_column: str, label_column: str | None, text_pair_column: str | None = None,
                    id_column: str | None = None, skip_bad_rows: bool = False, fmt: str | None = None,
-                   labels_optional: bool = False) -> Examples:
+                   labels_optional: bool = False, quoting: str | None = None) -> Examples:
     """GlueExample per row: text_a, text_b (the pair column), label as text (None when the file has no
     label column, or with labels_optional (a test file) when the row's label is empty), index = the
     id column or (rows without one) the row's line number."""
@@ -118,7 +120,7 @@ def read_text_file(path: str | Path, text_column: str, label_column: str | None,
     distinct_columns({"--text-column": text_column, "--text-pair-column": text_pair_column,
                       "--label-column": label_column})
     bad = BadRows(path, skip_bad_rows)
-    header, rows = read_table(path, bad, fmt)
+    header, rows = read_table(path, bad, fmt, quoting)
     has_labels = label_column is not None and (header is None or label_column in header)
     require_columns(header, [text_column, text_pair_column, id_column] + ([] if labels_optional else [label_column]),
                     path)
@@ -221,7 +223,7 @@ def check_labels(examples: Examples, labels: Sequence[str] | None, skip_bad_rows
 def read_choice_file(path: str | Path, question_column: str, choice_columns: Sequence[str],
                      label_column: str | None = "label", context_column: str | None = None,
                      id_column: str | None = None, skip_bad_rows: bool = False,
-                     fmt: str | None = None) -> Examples:
+                     fmt: str | None = None, quoting: str | None = None) -> Examples:
     """MultipleChoiceExample per row. The model reads `[CLS] first [SEP] second choice [SEP]` (SWAG's
     layout): with a context column, first = context and second = question + choice; without,
     first = question and second = the choice. `choice_columns` name one column per choice, or one
@@ -229,7 +231,7 @@ def read_choice_file(path: str | Path, question_column: str, choice_columns: Seq
     column name, its 0-based number, or its text; an empty label (or no label column) means none."""
     path = Path(path)
     bad = BadRows(path, skip_bad_rows)
-    header, rows = read_table(path, bad, fmt)
+    header, rows = read_table(path, bad, fmt, quoting)
     choice_columns = list(choice_columns)
     distinct_columns({"--question-column": question_column, "--context-column": context_column,
                       "--label-column": label_column,
@@ -304,8 +306,7 @@ def read_tagged_file(path: str | Path, tag_column: int | None = None, skip_bad_r
     `{"tokens": [...], "tags": [...]}` object per sentence. Returns the data (scheme as
     `tag_scheme` finds it) and each word's line number."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError("file not found", path=str(path))
+    check_input_file(path, "file")
     bad = BadRows(path, skip_bad_rows)
     text = read_utf8(path)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -13,6 +14,7 @@ from typing import IO, Iterator, Sequence
 from tokenizers import trainers
 
 from ..errors import BertkitError
+from ..tables import is_readable_file
 from ..outputs import atomic_write_text
 from .vocabulary import CONFIG_NAME, SPECIAL_TOKENS, VOCAB_NAME, _build_rust_tokenizer, _tokenizer_config
 from .original import _basic_tokenize, _needs_exact_path
@@ -24,10 +26,11 @@ from .bert_tokenizer import BertTokenizer
 # --------------------------------------------------------------------------------------------
 
 
-def _open_binary(path: Path) -> IO[bytes]:
-    with open(path, "rb") as probe:
-        is_gzip = probe.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rb") if is_gzip else open(path, "rb")
+@contextlib.contextmanager
+def _open_binary(path: Path) -> Iterator[IO[bytes]]:
+    """The file's bytes, gunzipped when it starts with gzip's magic; opened once, so a pipe works."""
+    with open(path, "rb") as raw:
+        yield gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
 
 
 def _corpus_lines(files: list[Path], lowercase: bool) -> Iterator[str]:
@@ -73,7 +76,7 @@ def train_tokenizer(
     if not paths:
         raise BertkitError("no input files given for tokenizer training")
     for path in paths:
-        if not path.is_file():
+        if not is_readable_file(path):  # a file, or a pipe (`--input <(cmd)`): read once
             raise BertkitError("input file not found", path=path)
     if vocab_size <= len(SPECIAL_TOKENS):
         raise BertkitError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")

@@ -91,14 +91,16 @@ def table(draw, task: str):
 
 
 def expected_records(fmt: str, data: bytes) -> int | None:
-    """How many inputs a correct reader finds (csv module semantics; None when undecidable here)."""
+    """How many inputs a correct reader finds (csv module semantics, TSV without quoting as GLUE's
+    reader; None when undecidable here)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         return None
     if fmt in ("csv", "tsv"):
         try:
-            records = list(csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t"))
+            records = list(csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t",
+                                      quotechar='"' if fmt == "csv" else None))
         except csv.Error:
             return None
         return sum(1 for r in records[1:] if any(f.strip() for f in r))

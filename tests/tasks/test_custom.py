@@ -508,3 +508,47 @@ def test_dropout_is_refused_where_no_encoder_is_fine_tuned(base_model, tmp_path,
                  "--output", str(tmp_path / "out"), "--dropout", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "--lstm-dropout" in err and "\n" not in err
+
+
+# ---------------------------------------------------------------- TSV as GLUE's own reader reads it
+
+
+def _original_read_tsv(path):
+    """google-research/bert run_classifier.py's DataProcessor._read_tsv: tabs, quotechar=None."""
+    import csv
+
+    with open(path, encoding="utf-8") as f:
+        return list(csv.reader(f, delimiter="\t", quotechar=None))
+
+
+def test_tsv_reads_every_glue_row_as_the_original_reader(data_dir):
+    from bertkit.errors import BertkitError
+
+    path = data_dir / "glue" / "STS-B" / "train.tsv"
+    reference = _original_read_tsv(path)
+    assert {len(row) for row in reference} == {10}
+    expected = [(r[0], r[7], r[8], r[9]) for r in reference[1:]]
+    for skip in (False, True):  # --skip-bad-rows finds nothing to drop
+        examples = read_text_file(path, "sentence1", "score", "sentence2", id_column="index", skip_bad_rows=skip)
+        assert len(examples.skipped) == 0
+        assert [(e.index, e.text_a, e.text_b, e.label) for e in examples] == expected
+    quoted = next(e for e in examples if e.line == 2105)  # a quote opens the field and closes the next one
+    assert quoted.text_a == '"Oh, you\'re such a good person!' and quoted.text_b == 'You\'re such a bad person!"'
+    with pytest.raises(BertkitError) as err:  # csv quoting, asked for, joins those two fields
+        read_text_file(path, "sentence1", "score", "sentence2", quoting="csv")
+    assert (err.value.line, "found 9" in str(err.value)) == (2105, True)
+
+
+def test_quoting_csv_reads_a_tsv_with_quoted_tabs(base_model, tmp_path, capsys):
+    rows = [("a wonderful\tfilm", "positive"), ('"quoted"\ttext', "negative")] * 6
+    train = _csv(tmp_path / "train.tsv", ["text", "label"], rows)  # csv.writer: quotes around the tabs
+    examples = read_text_file(train, "text", "label", quoting="csv")
+    assert [e.text_a for e in examples[:2]] == ["a wonderful\tfilm", '"quoted"\ttext']
+    code = main(["finetune", "text-classification", "--model", str(base_model), "--train-file", str(train),
+                 "--output", str(tmp_path / "plain"), *TINY])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "train.tsv:2: expected 2 tab-separated fields" in err and "--skip-bad-rows" in err
+    assert main(["finetune", "text-classification", "--model", str(base_model), "--train-file", str(train),
+                 "--quoting", "csv", "--output", str(tmp_path / "quoted"), *TINY]) == 0
+    results = json.loads((tmp_path / "quoted" / "results.json").read_text())
+    assert results["labels"] == ["negative", "positive"]
