@@ -32,9 +32,9 @@ from ..inference.embed import embed, pool
 from ..metrics.retrieval import retrieval_scores, sts_scores, top_k_similar
 from ..model import BertModel
 from . import runner
-from .arguments import add_sweep_arguments, check_finetune_output, parse_list, sweep_options
-from .embedding_losses import (DISTILLATION_LOSSES, LOSSES, RANKING_LOSSES, SCORED_LOSSES, LossSpec,
-                               cached_loss)
+from .arguments import (add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, parse_list,
+                        sweep_options)
+from .embedding_losses import LOSSES, RANKING_LOSSES, SCORED_LOSSES, LossSpec, cached_loss
 from .examples import BadRows, Examples
 from .results import TaskResult
 from .runner import RunSettings
@@ -131,7 +131,8 @@ def check_columns(loss: str, columns: list[str], labelled: bool, teacher: bool, 
         raise BertkitError("mse trains towards a teacher's embeddings: give --teacher MODEL")
     if loss == "margin-mse" and (n < 3 or not (teacher or labelled)):
         raise BertkitError("margin-mse needs (query, positive, negatives...) text columns and the teacher's "
-                           f"margins: a 'score' column or --teacher MODEL; the file has {shown}", path=str(path), line=1)
+                           f"margins: a 'score' column or --teacher MODEL; the file has {shown}",
+                           path=str(path), line=1)
 
 
 # ---------------------------------------------------------------- the model
@@ -173,6 +174,9 @@ class SentenceEmbeddingModel(nn.Module):
         columns = [{"input_ids": input_ids[:, c], "attention_mask": attention_mask[:, c],
                     "token_type_ids": token_type_ids[:, c]} for c in range(C)]
         if self.spec.cached and torch.is_grad_enabled():
+            if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+                # its second pass runs outside DDP's forward, so DDP could not reduce the gradients
+                raise BertkitError("cached-mnrl trains in one process: use mnrl under torchrun")
             return {"loss": cached_loss(self.embed_inputs, columns, labels, self.loss_fn, self.spec.mini_batch_size)}
         # One encoder pass over every column (column-major rows), as sentence-transformers merges columns.
         flat = {k: torch.cat([col[k] for col in columns]) for k in columns[0]}
@@ -189,7 +193,7 @@ class SentenceEmbeddingModel(nn.Module):
             self.pooling, self.config.hidden_size, self.max_seq_length,
             do_lower_case=bool(getattr(tokenizer, "do_lower_case", False)))
         directory = self.bert.save_pretrained(directory, tokenizer=tokenizer)
-        (directory / "2_Normalize").mkdir(exist_ok=True)  # Normalize has no files; sentence-transformers saves the folder
+        (directory / "2_Normalize").mkdir(exist_ok=True)  # Normalize has no files; ST saves the folder
         return directory
 
 
@@ -463,15 +467,19 @@ def finetune_sentence_embeddings(model_dir, train_file, dev_file=None, output_di
                                  pooling: str | None = None, matryoshka_dims: Sequence[int] = (),
                                  matryoshka_weights: Sequence[float] | None = None, teacher=None,
                                  scale: float = 20.0, symmetric: bool = False, mini_batch_size: int = 32,
-                                 file_format: str | None = None, **options) -> TaskResult:
+                                 file_format: str | None = None, settings: RunSettings | None = None,
+                                 **options) -> TaskResult:
     """Fine-tune a sentence-embedding model on the user's file with `loss` (embedding_losses.LOSSES);
-    `options` are the runner's RunSettings (default: sentence-transformers' fit: lr 2e-5, batch 16,
-    1 epoch, warm-up 10%). With output_dir: OUTPUT/model (a sentence-transformers folder),
+    `options` are the runner's RunSettings fields, or `settings` a whole RunSettings (default:
+    sentence-transformers' fit: lr 2e-5, batch 16, 1 epoch, warm-up 10%, max length 256). With
+    output_dir: OUTPUT/model (a sentence-transformers folder),
     results.json and metrics.jsonl (every run's in runs/<run>/)."""
     spec = LossSpec(loss, scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
                     matryoshka_dims=tuple(matryoshka_dims),
                     matryoshka_weights=None if matryoshka_weights is None else tuple(matryoshka_weights))
-    settings = RunSettings.paper(DEFAULTS, **options)
+    if settings is not None and options:
+        raise BertkitError("give settings= or run options, not both")
+    settings = settings or RunSettings.paper(DEFAULTS, **options)
     task = SentenceEmbeddingTask(train_file, dev_file, loss=spec, pooling=pooling or folder_pooling(model_dir),
                                  teacher=teacher, file_format=file_format, max_seq_length=settings.max_seq_length)
     return runner.finetune(task, model_dir, output_dir, settings)
@@ -492,12 +500,11 @@ class SentenceEmbeddings:
     def add_finetune_arguments(parser) -> None:
         parser.add_argument("--train-file", required=True,
                             help="training rows (CSV / TSV with a header, or JSON lines): the text columns in file "
-                                 "order (anchor, positive, then any negatives); a 'score' or 'label' column is the label")
+                                 "order (anchor, positive, then any negatives); a 'score' or 'label' column is "
+                                 "the label")
         parser.add_argument("--dev-file", default=None,
                             help="dev rows, same columns: scored during training, selects the best run")
-        parser.add_argument("--dev-fraction", type=flags.open_fraction, default=None,
-                            help="hold out this fraction of the training file as dev when there is no dev file")
-        parser.add_argument("--split-seed", type=flags.seed, default=0, help="seed of the --dev-fraction split")
+        add_dev_fraction_arguments(parser)
         parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
                             help="file format (default: from the extension)")
         parser.add_argument("--loss", choices=LOSSES, default="mnrl",
@@ -517,7 +524,8 @@ class SentenceEmbeddings:
         parser.add_argument("--mnrl-scale", type=flags.positive_float, default=20.0,
                             help="mnrl / cached-mnrl / cosent: the similarity scale (1 / temperature; default 20)")
         parser.add_argument("--symmetric", action="store_true",
-                            help="mnrl: also rank the anchors for each positive (MultipleNegativesSymmetricRankingLoss)")
+                            help="mnrl: also rank the anchors for each positive "
+                                 "(MultipleNegativesSymmetricRankingLoss)")
         parser.add_argument("--mini-batch-size", type=flags.positive_int, default=32,
                             help="cached-mnrl: rows embedded at once (memory), whatever --batch-size (default 32)")
         add_sweep_arguments(parser, DEFAULTS, own_data=True)

@@ -97,7 +97,8 @@ def test_the_folder_is_a_sentence_transformers_model_every_loader_agrees_on(trai
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     assert main(["predict", "embeddings", "--model", str(folder), "--input", str(tmp_path / "in.jsonl"),
                  "--output", str(tmp_path / "out.jsonl")]) == 0
-    predicted = torch.tensor([json.loads(line)["embedding"] for line in (tmp_path / "out.jsonl").read_text().splitlines()])
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    predicted = torch.tensor([json.loads(line)["embedding"] for line in lines])
     with server_in_thread(Server(InferenceEngine(folder))) as port:
         status, served = request(port, "/embed", {"inputs": texts})
     assert status == 200
@@ -207,9 +208,9 @@ def test_a_cross_encoder_teacher_scores_each_query_passage_pair(tmp_path):
 
     tokenizer = BertTokenizer.from_pretrained(MODEL_DIR)
     torch.manual_seed(0)
-    BertForSequenceClassification(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                             num_attention_heads=2, intermediate_size=64, num_labels=1)).save_pretrained(
-        tmp_path / "reranker", tokenizer=tokenizer)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=1)
+    BertForSequenceClassification(config).save_pretrained(tmp_path / "reranker", tokenizer=tokenizer)
     rows = code_rows()[:3]
     path = write_csv(tmp_path / "triples.csv", ["query", "positive", "negative"], rows)
     task = SentenceEmbeddingTask(path, loss=LossSpec("margin-mse"), teacher=tmp_path / "reranker")
