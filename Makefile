@@ -2,7 +2,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export BERTKIT_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
-.PHONY: setup test demo bench clean docs
+.PHONY: setup test test-pythons demo bench clean docs
 
 $(VENV)/.installed: pyproject.toml
 	python3.11 -m venv $(VENV)
@@ -16,6 +16,11 @@ setup: $(VENV)/.installed
 
 test: setup
 	$(PY) -m pytest -n 2 -q
+
+# bertkit's wheel in a fresh venv per interpreter (3.11-3.13): the smoke set where a torch wheel is at
+# hand, else the torch-free checks (scripts/test_pythons.sh says how torch is chosen)
+test-pythons:
+	bash scripts/test_pythons.sh
 
 demo: setup
 	@if [ -z "$$BERTKIT_DATA" ]; then \
