@@ -28,6 +28,7 @@ import errno
 import logging
 import signal
 import socket
+import time
 
 from ..device import DEFAULT_PRECISION, add_precision_argument, precision_label
 from ..errors import BertkitError
@@ -74,6 +75,9 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
     sock = listening_socket(host, port)
     try:
         engine = InferenceEngine(model_dir, device, precision, max_batch_tokens, quantize=quantize)
+        warm_up_started = time.perf_counter()
+        engine.warm_up()  # the kernels of the common shapes made now, not during the first requests
+        warm_up_s = time.perf_counter() - warm_up_started
         server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id,
                         max_body_bytes, log_format)
     except BaseException:
@@ -91,7 +95,8 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
     signal.signal(signal.SIGTERM, lambda *_: None)
     bound_port = sock.getsockname()[1]
     running_on = precision_label(engine.device, engine.precision, engine.quantize)
-    print(f"bertkit serve: {engine.task} model {model_dir} ({running_on}) on http://{host}:{bound_port}", flush=True)
+    print(f"bertkit serve: {engine.task} model {model_dir} ({running_on}) on http://{host}:{bound_port} "
+          f"(warmed up in {warm_up_s:.1f} s)", flush=True)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
