@@ -135,7 +135,8 @@ def card_text(directory: Path, config, base_model=None) -> str:
         ["sentence-transformers"] if sentence_transformers or reranker else []) + (["reranker"] if reranker else [])
     front = _front_matter({
         "library_name": "sentence-transformers" if sentence_transformers or reranker else "transformers",
-        "base_model": base, "pipeline_tag": "text-ranking" if reranker else pipeline_tag, "tags": tags, "datasets": datasets,
+        "base_model": base, "pipeline_tag": "text-ranking" if reranker else pipeline_tag, "tags": tags,
+        "datasets": datasets,
         "license": None,
     })
     name = hub_id_of(directory) or directory.resolve().name
@@ -199,7 +200,8 @@ def card_text(directory: Path, config, base_model=None) -> str:
                  f'model = CrossEncoder("{reference}")  # sigmoid of the logit, as config.json says',
                  'scores = model.predict([("a query", "a passage"), ("a query", "another passage")])', "```", "",
                  f"or `bertkit serve --model {reference}` (POST /rerank: the same scores), or `bertkit predict "
-                 f"text-classification --model {reference} --input FILE --output OUT.jsonl` (text, text_pair).", ""]
+                 f"text-classification --model {reference} --input FILE --output OUT.jsonl` (text, text_pair; "
+                 "the logit as `value`).", ""]
         return front + "\n".join(body)
     if sentence_transformers:
         body += ["## Usage", "", "```python", "from sentence_transformers import SentenceTransformer", "",

@@ -12,8 +12,9 @@ keep it:
   for one), or {"query", "passages": [...], "labels": [...]}.
 
 Losses (cross_encoder_losses.py): `bce` (BinaryCrossEntropyLoss, the default) trains on pairs;
-`listnet` (ListNetLoss) puts each query's passages in one softmax and `lambda` (LambdaLoss, NDCG-Loss2++
-weights) weighs each pair of them by its effect on nDCG (pair rows of one query are grouped). Dev is scored per query over its candidates (MRR@10, nDCG@10, MAP: metrics/retrieval.py;
+`listnet` (ListNetLoss) puts each query's passages in one softmax and `lambda` (LambdaLoss,
+NDCG-Loss2++ weights) weighs each pair of them by its effect on nDCG (pair rows of one query are
+grouped). Dev is scored per query over its candidates (MRR@10, nDCG@10, MAP: metrics/retrieval.py;
 the best run by nDCG@10, sentence-transformers' reranking evaluator's choice), or, when every dev
 query has one passage, as pair classification (accuracy, F1 at probability 0.5, selected on F1).
 
@@ -456,8 +457,8 @@ class CrossEncoderFinetuning:
         add_sweep_arguments(parser, CROSS_ENCODER_DEFAULTS, own_data=True)
         d = CROSS_ENCODER_DEFAULTS
         parser.epilog = (f"One run by default, as sentence-transformers' CrossEncoder training examples: learning "
-                         f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet, lambda: queries), "
-                         f"{d.single_epochs:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
+                         f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet, lambda: "
+                         f"queries), {d.single_epochs:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
                          f"--grid paper runs {d.anchor}; comma lists make any grid, best on dev wins.")
 
     @staticmethod

@@ -175,7 +175,8 @@ def test_finetune_learns_and_the_folder_scores_alike_in_cross_encoder_and_rerank
             status, ranks = request(port, "/rerank", {"query": example.query, "texts": example.passages})
             assert status == 200 and [r["index"] for r in ranks] == [e["corpus_id"] for e in expected]
             assert max(abs(r["score"] - e["score"]) for r, e in zip(ranks, expected)) < 1e-5
-            logits = reference.predict([(example.query, p) for p in example.passages], activation_fn=torch.nn.Identity())
+            logits = reference.predict([(example.query, p) for p in example.passages],
+                                       activation_fn=torch.nn.Identity())
             status, raw = request(port, "/rerank", {"query": example.query, "texts": example.passages,
                                                     "raw_scores": True})
             assert max(abs(r["score"] - float(logits[r["index"]])) for r in raw) < 1e-5
@@ -190,7 +191,8 @@ def test_finetune_learns_and_the_folder_scores_alike_in_cross_encoder_and_rerank
 def test_listnet_on_graded_lists_with_dev_fraction_and_resume(tiny_model, tmp_path, capsys):
     base = tiny_model(BertForSequenceClassification, tmp_path / "base", max_positions=64, id2label={0: "LABEL_0"})
     r = random.Random(0)
-    rows = [{"query": q, "passages": [p, *n], "labels": [r.choice([2, 3]), 0, 1, 0]} for q, p, n in _queries(0, range(3))]
+    rows = [{"query": q, "passages": [p, *n], "labels": [r.choice([2, 3]), 0, 1, 0]}
+            for q, p, n in _queries(0, range(3))]
     train = tmp_path / "graded.jsonl"
     train.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     out = tmp_path / "out"
