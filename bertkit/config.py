@@ -61,6 +61,9 @@ class BertConfig:
     bilstm_hidden_size: int = 0
     architectures: list[str] | None = None
     model_type: str = "bert"
+    # What forward returns when the call does not say (transformers' config fields of the same names).
+    output_hidden_states: bool = False
+    output_attentions: bool = False
     # Fields we do not use but must keep so a round trip through bertkit loses nothing.
     extra: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
@@ -93,8 +96,9 @@ class BertConfig:
                 raise BertkitError(f"{name} must be a positive number, not {value!r}")
         if not isinstance(self.hidden_act, str):
             raise BertkitError(f"hidden_act must be a string, not {self.hidden_act!r}")
-        if not isinstance(self.is_decoder, bool):
-            raise BertkitError(f"is_decoder must be true or false, not {self.is_decoder!r}")
+        for name in ("is_decoder", "output_hidden_states", "output_attentions"):
+            if not isinstance(getattr(self, name), bool):
+                raise BertkitError(f"{name} must be true or false, not {getattr(self, name)!r}")
         if self.id2label is not None and not (isinstance(self.id2label, dict) and all(
                 isinstance(k, (int, str)) and str(k).lstrip("-").isdigit() for k in self.id2label)):
             raise BertkitError(f"id2label must map label ids to names, not {self.id2label!r}")
@@ -174,6 +178,9 @@ class BertConfig:
                 d.pop(optional, None)
         if not self.bilstm_hidden_size:
             d.pop("bilstm_hidden_size")
+        for flag in ("output_hidden_states", "output_attentions"):  # written only when set, as transformers
+            if not d[flag]:
+                d.pop(flag)
         d["position_embedding_type"] = "absolute"
         d["tie_word_embeddings"] = True
         return d

@@ -107,7 +107,10 @@ def pick_device(requested: str = "auto") -> torch.device:
         return torch.device("cpu")
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise BertkitError(f"device {requested!r} requested but CUDA is not available")
-    return torch.device(requested)
+    try:
+        return torch.device(requested)
+    except RuntimeError:
+        raise BertkitError(f"unknown device {requested!r} (auto, cpu, cuda, cuda:N)") from None
 
 
 def bf16_supported(device: torch.device) -> bool:

@@ -92,7 +92,7 @@ class BertForPreTraining(BertPreTrainedModel):
         self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, next_sentence_label=None, output_hidden_states=False, return_dict=True, **kw):
+                labels=None, next_sentence_label=None, output_hidden_states=None, return_dict=True, **kw):
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
         seq_relationship_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
         mlm_loss = nsp_loss = None
@@ -126,7 +126,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, return_dict=True, **kw):
+                labels=None, output_hidden_states=None, return_dict=True, **kw):
         out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, **kw)
         loss = None
         if labels is not None:
@@ -182,7 +182,7 @@ class BertForSequenceClassification(_TaskModel):
         self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, return_dict=True, **kw):
+                labels=None, output_hidden_states=None, return_dict=True, **kw):
         _, pooled, hidden_states, attentions = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                                output_hidden_states, kw)
         logits = self.classifier(self.dropout(pooled))  # (B, K)
@@ -218,7 +218,7 @@ class BertForQuestionAnswering(_TaskModel):
         self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                start_positions=None, end_positions=None, output_hidden_states=False, return_dict=True, **kw):
+                start_positions=None, end_positions=None, output_hidden_states=None, return_dict=True, **kw):
         seq, _, hidden_states, attentions = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                             output_hidden_states, kw)
         start_logits, end_logits = self.qa_outputs(seq).unbind(-1)  # (B, T) each
@@ -246,7 +246,7 @@ class BertForTokenClassification(_TaskModel):
         self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, return_dict=True, **kw):
+                labels=None, output_hidden_states=None, return_dict=True, **kw):
         seq, _, hidden_states, attentions = self.encode(input_ids, attention_mask, token_type_ids, position_ids,
                                             output_hidden_states, kw)
         logits = self.classifier(self.dropout(seq))  # (B, T, K)
@@ -266,7 +266,7 @@ class BertForMultipleChoice(_TaskModel):
         self.post_init(self.bert.kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                labels=None, output_hidden_states=False, return_dict=True, **kw):
+                labels=None, output_hidden_states=None, return_dict=True, **kw):
         B, C, T = input_ids.shape
 
         def flat(t):  # (B, C, T) -> (B*C, T)

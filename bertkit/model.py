@@ -44,11 +44,15 @@ def activation(name: str):
 
 
 class ModelOutput(dict):
-    """Outputs by attribute (`out.loss`) or key (`out["loss"]`), like transformers'; None fields are
-    left out. `to_tuple()` (what `return_dict=False` returns) keeps the field order: loss first."""
+    """Outputs by attribute (`out.loss`), key (`out["loss"]`) or position (`out[0]`, `out[:2]`), like
+    transformers'; None fields are left out. `to_tuple()` (what `return_dict=False` returns) keeps
+    the field order: loss first."""
 
     def __init__(self, **fields):
         super().__init__({k: v for k, v in fields.items() if v is not None})
+
+    def __getitem__(self, key):
+        return super().__getitem__(key) if isinstance(key, str) else self.to_tuple()[key]
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -350,8 +354,10 @@ class BertModel(BertPreTrainedModel):
             self.hold_kernels(kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                output_hidden_states=False, return_dict=True, output_attentions=False, **unused):
+                output_hidden_states=None, return_dict=True, output_attentions=None, **unused):
         _reject_unknown(unused)
+        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         T, causal = input_ids.shape[1], self.config.is_decoder
         # Decided once per batch. Attention maps are made on the padded batch, as transformers'.

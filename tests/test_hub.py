@@ -144,9 +144,10 @@ def test_pretraining_checkpoint_into_classifier_reports_once(tmp_path, caplog):
         classifier = bertkit.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=4)
     reports = [r for r in caplog.records if r.name == "bertkit" and r.levelno >= logging.INFO]
     assert len(reports) == 1
-    # A new head and unused pre-training heads are the normal fine-tuning case: info, not a warning.
-    assert reports[0].levelno == logging.INFO
+    # A new head is announced as transformers does (a warning: train it before predicting), in one line.
+    assert reports[0].levelno == logging.WARNING
     message = reports[0].getMessage()
+    assert "\n" not in message and "train this model on a task" in message
     assert "newly initialised" in message and "classifier.weight" in message and "classifier.bias" in message
     assert "cls.seq_relationship.weight" in message and "cls.predictions.bias" in message
     assert str(tmp_path / "model.safetensors") in message

@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..config import BertConfig
-from ..device import parse_dtype
+from ..device import parse_dtype, pick_device
 from ..errors import BertkitError
 from ..finite import check_finite_tensors
 from .resolve import hub_id_of, resolve_model
@@ -151,9 +151,13 @@ class PreTrainedMixin:
     @classmethod
     def from_pretrained(cls, directory: str | Path, config=None, require_head: bool = False,
                         allow_missing_weights: bool = False, dtype=None, torch_dtype=None, kernels=None,
-                        attn_implementation: str | None = None, revision: str | None = None, **config_overrides):
-        """Load weights (and config.json unless `config` is given); overrides such as num_labels=3
-        change the config before the model is built (a new head is then freshly initialised).
+                        attn_implementation: str | None = None, revision: str | None = None, device_map=None,
+                        **config_overrides):
+        """Load weights (and config.json unless `config` is given); overrides, as transformers takes
+        them (any BertConfig field: num_labels=3, id2label / label2id, output_hidden_states=True,
+        hidden_dropout_prob=0.0 ...; see config_with_overrides), change the config before the model
+        is built (a new head is then freshly initialised, and said so in a warning).
+        `device_map`: the device the whole model goes to ("cpu", "cuda", "cuda:1", an index, "auto").
         `dtype` (or its old name `torch_dtype`), as transformers: the parameters' dtype, e.g.
         torch.bfloat16 for inference in half the memory; "auto" keeps the file's. `kernels` (a
         kernels.KernelOptions) and `attn_implementation` choose how the model computes (default:
@@ -176,8 +180,9 @@ class PreTrainedMixin:
         if config is None:
             config = (original.config(directory / BERT_CONFIG_NAME) if original
                       else BertConfig.from_json_file(directory / "config.json"))
+        device = one_device(device_map)
         if config_overrides:
-            config = config.replace(**config_overrides)
+            config = config_with_overrides(config, config_overrides)
         weights = directory / WEIGHTS_NAME
         index = directory / WEIGHTS_INDEX_NAME
         if original:
@@ -203,7 +208,8 @@ class PreTrainedMixin:
             model.sentence_transformers_files = sentence_transformers_files(directory)
         if dtype == "auto":  # the file's floating-point dtype
             parsed = next((t.dtype for t in state.values() if t.is_floating_point()), None)
-        return model.to(parsed) if parsed is not None else model
+        model = model.to(parsed) if parsed is not None else model
+        return model.to(device) if device is not None else model
 
     def load_checkpoint_state(self, ckpt: dict[str, torch.Tensor], source: str = "checkpoint",
                               complete: bool = False, require_head: bool = False):
@@ -228,13 +234,62 @@ class PreTrainedMixin:
                 parts.append(f"newly initialised (not in checkpoint): {', '.join(missing)}")
             if unexpected:
                 parts.append(f"unused from checkpoint: {', '.join(sorted(unexpected))}")
-            # A new task head, or pre-training heads left behind, is the normal fine-tuning case; a
-            # missing or unused encoder weight is not.
+            # Pre-training heads left behind are the normal fine-tuning case (info); a new head is
+            # said aloud, as transformers warns (train it before predicting); a missing or unused
+            # encoder weight is a warning too.
             surprising = [k for k in missing + unexpected if k.startswith(ENCODER_PREFIXES)]
-            log.log(logging.WARNING if surprising else logging.INFO, "%s into %s: %s", source,
+            if missing and not surprising:
+                parts.append("train this model on a task before using it for predictions")
+            log.log(logging.WARNING if surprising or missing else logging.INFO, "%s into %s: %s", source,
                     type(self).__name__, "; ".join(parts))
         self.loading_info = {"missing_keys": missing, "unexpected_keys": sorted(unexpected)}
         return self.loading_info
+
+
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(BertConfig)) - {"extra"}
+
+
+def config_with_overrides(config: BertConfig, overrides: dict) -> BertConfig:
+    """from_pretrained's keyword overrides, as transformers' from_pretrained takes them: any
+    BertConfig field; label2id as well as (or instead of) id2label; a num_labels without label
+    names gets transformers' LABEL_0, LABEL_1 ... An unknown name is refused, naming it."""
+    overrides = dict(overrides)
+    unknown = sorted(set(overrides) - CONFIG_FIELDS - {"label2id"})
+    if unknown:
+        raise BertkitError(f"from_pretrained: unknown argument {unknown[0]!r} (neither a BertConfig field nor a "
+                           "loading option)")
+    if "label2id" in overrides:
+        label2id = overrides.pop("label2id")
+        if not isinstance(label2id, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     for i in label2id.values()):
+            raise BertkitError(f"label2id must map label names to ids, not {label2id!r}")
+        id2label = {i: name for name, i in label2id.items()}
+        given = overrides.get("id2label")
+        if given is not None and {int(k): v for k, v in given.items()} != id2label:
+            raise BertkitError("id2label and label2id disagree: give one of them")
+        overrides["id2label"] = id2label
+    labels = overrides.get("num_labels")
+    if (isinstance(labels, int) and not isinstance(labels, bool) and labels > 0 and "id2label" not in overrides
+            and (config.id2label is None or len(config.id2label) != labels)):
+        overrides["id2label"] = {i: f"LABEL_{i}" for i in range(labels)}
+    if "id2label" in overrides and "num_labels" in overrides and len(overrides["id2label"]) != labels:
+        raise BertkitError(f"num_labels={labels} but id2label names {len(overrides['id2label'])} labels")
+    return config.replace(**overrides)
+
+
+def one_device(device_map) -> torch.device | None:
+    """transformers' `device_map` when it names one device for the whole model (bertkit does not
+    split a model across devices)."""
+    if device_map is None:
+        return None
+    if isinstance(device_map, int) and not isinstance(device_map, bool):
+        device_map = f"cuda:{device_map}"
+    if isinstance(device_map, torch.device):
+        device_map = str(device_map)
+    if not isinstance(device_map, str):
+        raise BertkitError(f"device_map must name one device (cpu, cuda, cuda:N, auto), not {device_map!r}: "
+                           "bertkit keeps a model on one device")
+    return pick_device(device_map)
 
 
 def source_model_id(directory: Path) -> str | None:
@@ -303,9 +358,10 @@ def model_tokenizer(directory: str | Path, do_lower_case: bool | None = None, re
     config_file = Path(directory) / "config.json"
     if config_file.is_file():
         vocab_size = BertConfig.from_json_file(config_file).vocab_size
-        if tokenizer.vocab_size > vocab_size:
-            raise BertkitError(f"vocabulary has {tokenizer.vocab_size} entries but config.json's vocab_size is "
-                               f"{vocab_size}: is this the model's own vocab.txt?", path=str(tokenizer.vocab_file))
+        if len(tokenizer) > vocab_size:  # added tokens count: their ids must have embedding rows
+            raise BertkitError(f"vocabulary has {len(tokenizer)} entries but config.json's vocab_size is "
+                               f"{vocab_size}: is this the model's own vocab.txt (after added tokens, "
+                               "model.resize_token_embeddings(len(tokenizer)))?", path=str(tokenizer.vocab_file))
     return tokenizer
 
 

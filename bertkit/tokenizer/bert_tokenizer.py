@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import operator
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -37,6 +36,7 @@ from typing import Iterable, Sequence
 import torch
 from tokenizers import AddedToken, decoders, processors
 
+from .added_tokens import as_added_tokens, saved_added_tokens, segments, split_pattern
 from .batch_encoding import BatchEncoding
 from .encoding import LONGEST_FIRST, ONLY_FIRST, ONLY_SECOND, Encoding, padding_target, truncate_pair
 from ..errors import BertkitError
@@ -142,6 +142,10 @@ class BertTokenizer:
         self.all_special_ids = [self.vocab[token] for token in SPECIAL_TOKENS_ORDER]
         self.special_tokens_map = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS,
                                    "mask_token": MASK}
+        self.additional_special_tokens: list[str] = []
+        self._base_vocab_size = len(self.vocab)  # vocab.txt's; added tokens come after (len(self))
+        self._added: dict[str, AddedToken] = {}  # add_tokens / add_special_tokens, in order
+        self._refresh_patterns()
         # The original's pipeline (special-token strings are text) and transformers' (they are
         # tokens): the same vocabulary, the second with BERT's specials registered as added tokens.
         self._backend = _build_rust_tokenizer(self.vocab, self.do_lower_case)
@@ -182,7 +186,8 @@ class BertTokenizer:
         config = _read_config(config_file) if config_file.is_file() else {}
         if do_lower_case is None:
             do_lower_case = config.get("do_lower_case", True)
-        return cls(vocab_file, do_lower_case=do_lower_case, **_call_settings(config, config_file))
+        tokenizer = cls(vocab_file, do_lower_case=do_lower_case, **_call_settings(config, config_file))
+        return tokenizer._restore_added_tokens(vocab_file.parent / TOKENIZER_JSON_NAME)
 
     @classmethod
     def from_tokenizer_json(cls, path: str | os.PathLike, do_lower_case: bool | None = None) -> "BertTokenizer":
@@ -193,11 +198,14 @@ class BertTokenizer:
         vocab, lowercase = _wordpiece_from_tokenizer_json(document, path)
         config_file = path.parent / CONFIG_NAME
         settings = _call_settings(_read_config(config_file), config_file) if config_file.is_file() else {}
-        return cls(path, do_lower_case=lowercase if do_lower_case is None else do_lower_case, vocab=vocab, **settings)
+        tokenizer = cls(path, do_lower_case=lowercase if do_lower_case is None else do_lower_case, vocab=vocab,
+                        **settings)
+        return tokenizer._restore_added_tokens(path)
 
     @property
     def vocab_size(self) -> int:
-        return len(self.vocab)
+        """The trained vocabulary's size, without added tokens (transformers' meaning; len(self) counts them)."""
+        return self._base_vocab_size
 
     def __len__(self) -> int:
         return len(self.vocab)
@@ -224,7 +232,8 @@ class BertTokenizer:
             if not isinstance(text, str):
                 raise TypeError(f"text {position} is {type(text).__name__}, not str")
             if _needs_exact_path(text, self.do_lower_case):
-                results[position] = _wordpiece(_basic_tokenize(text, self.do_lower_case), self.vocab)
+                results[position] = _wordpiece(_basic_tokenize(text, self.do_lower_case), self.vocab) \
+                    if not self._added else self._exact_encoding(text, split_special_tokens=True)
             else:
                 fast_positions.append(position)
         if fast_positions:
@@ -364,9 +373,10 @@ class BertTokenizer:
         """The exact path, cutting the text at special tokens first as the `tokenizers`
         library's added vocabulary does; words are numbered across the pieces."""
         ids, tokens, offsets, word_ids = [], [], [], []
-        segments = [(text, 0, None)] if split_special_tokens else _special_segments(text)
+        # split_special_tokens splits BERT's own five; tokens a user added stay whole (as in the original path)
+        pattern = self._user_pattern if split_special_tokens else self._call_pattern
         next_word = 0
-        for piece, start, special in segments:
+        for piece, start, special in segments(text, pattern, self._canonical):
             if special is not None:
                 ids.append(self.vocab[special])
                 tokens.append(special)
@@ -689,6 +699,76 @@ class BertTokenizer:
         """Word pieces back to text: "##" continuations glued on (the WordPiece decoder)."""
         return self._call_backend.decoder.decode(list(tokens))
 
+    # ---- tokens added to the vocabulary (transformers' add_tokens / add_special_tokens) ----
+
+    def add_tokens(self, new_tokens, special_tokens: bool = False) -> int:
+        """Tokens matched whole in the text before WordPiece (added_tokens.py), as
+        BertTokenizerFast.add_tokens: a str, a tokenizers.AddedToken or a list; the ones not in the
+        vocabulary get ids from len(tokenizer) on. Returns how many were added (transformers' count:
+        one already in the vocabulary counts, one added before does not); grow the model to match
+        with `model.resize_token_embeddings(len(tokenizer))`. Both surfaces use them: the
+        fine-tuning tasks' tokenization keeps an added token whole too."""
+        new = 0
+        for token in as_added_tokens(new_tokens, special_tokens):
+            if token.content in self._added or token.content in SPECIAL_TOKENS:
+                continue
+            if token.content not in self.vocab:
+                self.vocab[token.content] = len(self.ids_to_tokens)
+                self.ids_to_tokens.append(token.content)
+            self._added[token.content] = token
+            new += 1
+            for backend in (self._backend, self._call_backend):
+                (backend.add_special_tokens if token.special else backend.add_tokens)([token])
+            if self._call_backend.token_to_id(token.content) != self.vocab[token.content]:  # one id on both sides
+                raise BertkitError(f"added token {token.content!r}: the vocabulary and tokenizer.json disagree on its id")
+            if token.special:
+                self.all_special_tokens.append(token.content)
+                self.all_special_ids.append(self.vocab[token.content])
+                self.additional_special_tokens.append(token.content)
+        self._refresh_patterns()
+        return new
+
+    def add_special_tokens(self, special_tokens_dict: dict, replace_additional_special_tokens: bool = True) -> int:
+        """transformers' add_special_tokens: {"additional_special_tokens": [...]} adds special
+        tokens (kept whole, skipped by decode(skip_special_tokens=True)); BERT's own keys
+        (cls_token, sep_token, pad_token, unk_token, mask_token) may name the tokens they already
+        are. Returns how many were added, as add_tokens."""
+        new = 0
+        for key, value in special_tokens_dict.items():
+            if key == "additional_special_tokens":
+                tokens = as_added_tokens(value, special=True)
+                new += self.add_tokens(tokens, special_tokens=True)
+                if replace_additional_special_tokens:
+                    self.additional_special_tokens = [t.content for t in tokens]
+            elif key in self.special_tokens_map:
+                content = value.content if isinstance(value, AddedToken) else value
+                if content != self.special_tokens_map[key]:
+                    raise BertkitError(f"add_special_tokens: BERT's {key} is {self.special_tokens_map[key]!r}; another "
+                                       f"one is not supported (add {content!r} under additional_special_tokens)")
+            else:
+                raise BertkitError(f"add_special_tokens: unknown key {key!r} (additional_special_tokens, "
+                                   f"{', '.join(self.special_tokens_map)})")
+        return new
+
+    def _refresh_patterns(self) -> None:
+        """The regexes the exact path cuts a text with: the user's added tokens, and those plus BERT's
+        specials (the call surface keeps both whole)."""
+        added = list(self._added.values())
+        self._canonical = {t: t for t in SPECIAL_TOKENS} | {t.content: t.content for t in added} | {
+            t.content.lower(): t.content for t in added if t.normalized and self.do_lower_case}
+        self._user_pattern = split_pattern(added, self.do_lower_case)
+        specials = [AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS]
+        self._call_pattern = split_pattern(specials + added, self.do_lower_case)
+
+    def _restore_added_tokens(self, tokenizer_json: Path) -> "BertTokenizer":
+        """The added tokens a saved tokenizer.json holds, given their ids again (checked)."""
+        for token_id, token in saved_added_tokens(tokenizer_json):
+            self.add_tokens([token])
+            if self.vocab[token.content] != token_id:
+                raise BertkitError(f"added token {token.content!r} has id {token_id} in tokenizer.json, but "
+                                   f"{self.vocab[token.content]} after the vocabulary", path=str(tokenizer_json))
+        return self
+
     def save_pretrained(self, directory: str | os.PathLike) -> tuple[str, str, str]:
         """Write vocab.txt, tokenizer_config.json and tokenizer.json, so that transformers'
         AutoTokenizer loads the folder as a fast tokenizer answering as this one."""
@@ -700,7 +780,8 @@ class BertTokenizer:
         config = _tokenizer_config(self.do_lower_case)
         config["model_max_length"] = self.model_max_length
         config["clean_up_tokenization_spaces"] = self.clean_up_tokenization_spaces
-        atomic_write_text(vocab_path, "".join(token + "\n" for token in self.ids_to_tokens))
+        # vocab.txt holds the trained vocabulary; added tokens live in tokenizer.json, as transformers keeps them
+        atomic_write_text(vocab_path, "".join(token + "\n" for token in self.ids_to_tokens[:self._base_vocab_size]))
         atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
         atomic_write_text(json_path, self._call_backend.to_str(pretty=True) + "\n")
         return str(vocab_path), str(config_path), str(json_path)
@@ -731,22 +812,6 @@ def _call_settings(config: dict, path: Path) -> dict:
             raise BertkitError(f"clean_up_tokenization_spaces must be true or false, got {value!r}", path)
         settings["clean_up_tokenization_spaces"] = value
     return settings
-
-
-_SPECIAL_PATTERN = re.compile("|".join(re.escape(t) for t in sorted(SPECIAL_TOKENS, key=len, reverse=True)))
-
-
-def _special_segments(text: str) -> list[tuple[str, int, str | None]]:
-    """(piece, start, special token or None): the text cut at the special tokens typed in it."""
-    segments, position = [], 0
-    for match in _SPECIAL_PATTERN.finditer(text):
-        if match.start() > position:
-            segments.append((text[position : match.start()], position, None))
-        segments.append((match.group(), match.start(), match.group()))
-        position = match.end()
-    if position < len(text):
-        segments.append((text[position:], position, None))
-    return segments
 
 
 def _batch_inputs(text, text_pair, is_split_into_words: bool):
