@@ -18,7 +18,8 @@ from tqdm import tqdm
 from ..errors import BertkitError
 from .engine import InferenceEngine
 
-CHUNK_TEXTS = 2048  # texts handed to the engine at once (it batches them by length inside)
+CHUNK_TEXTS = 512  # texts handed to the engine at once (it batches them by length inside); their token
+# vectors are alive together: 512 x 256 tokens x 384 floats is 200 MB
 EMBEDDING_TASKS = ("feature-extraction", "sentence-embeddings")
 
 
