@@ -50,6 +50,9 @@ FIGURES = {
                      ("eval", "mlm_accuracy", "held-out MLM acc."), ("eval", "nsp_accuracy", "held-out NSP acc.")],
     "learning_rate.png": [("train", "learning_rate", "learning rate")],
 }
+# A series this short is drawn with a marker at every point: a line alone would hide one point (a
+# short run's single logged step) and make three look like a kink.
+FEW_POINTS = 20
 # A fine-tuning run's evaluations (pre-training's held-out ones have figures above): every numeric dev metric.
 DEV_FIGURE = "dev_metrics.png"
 NOT_DEV_METRICS = {"step", "eval", "elapsed_s"}
@@ -81,7 +84,8 @@ def plot_run(run_dir: str | Path, output_dir: str | Path | None = None, title: s
             points = [(r["step"], r[key]) for r in records if _is_number(r.get(key))]
             if points:
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, marker="o" if kind == "eval" else None, markersize=3, label=label)
+                ax.plot(xs, ys, marker="o" if kind == "eval" or len(xs) <= FEW_POINTS else None, markersize=3,
+                        label=label)
                 drawn += 1
         if not drawn:
             plt.close(fig)
