@@ -217,3 +217,13 @@ def test_squad_dev_retrieval_set_has_every_question_and_paragraph(data_dir):
     assert len(data.queries) == len(data.qrels) == 10570
     assert len(data.corpus) == 2067
     assert all(len(judged) == 1 for judged in data.qrels.values())
+
+
+def test_sts_b_dev_reads_as_glue_ships_it(data_dir):
+    """GLUE's STS-B dev TSV read directly: 1,500 scored pairs, gold scores 0..5."""
+    from bertkit.tasks.retrieval_eval import read_sts_file
+
+    first, second, gold = read_sts_file(data_dir / "glue" / "STS-B" / "dev.tsv")
+    assert len(first) == len(second) == len(gold) == 1500
+    assert min(gold) == 0.0 and max(gold) == 5.0
+    assert first[0] == "A man with a hard hat is dancing." and gold[0] == 5.0
