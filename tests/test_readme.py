@@ -60,6 +60,8 @@ EXPECTED_OUTPUTS = {
     "docs/pre-training.md": ["run/README.md", "heldout128"],
     "docs/predict.md": ["dev-labels.tsv", "answers.tsv", "vectors.jsonl"],
     "docs/models.md": ["bert-base-uncased/config.json", "mrpc-model/config.json", "squad-model/config.json"],
+    "docs/embeddings.md": ["vectors.npy", "qa-triplets.csv", "runs/qa-embeddings/model/modules.json",
+                           "runs/qa-reranker/model/config.json", "retrieval.json", "reranking.json"],
     "docs/export.md": ["bert.onnx", "bert-int8.onnx", "vectors-int8.jsonl"],
 }
 
@@ -168,6 +170,17 @@ def make_own_files(folder: Path) -> None:
     table("quiz-train.csv", ["question", "A", "B", "C", "D", "answer"], quiz)
     table("quiz-dev.csv", ["question", "A", "B", "C", "D", "answer"], quiz[:2])
     (folder / "quiz-new.jsonl").write_text(json.dumps({"question": "What is white?", "choices": ["snow", "coal"]}) + "\n")
+    qa = [("When does the clinic open?", "The clinic opens at nine."), ("Is there parking?", "Parking is behind it."),
+          ("Who runs the clinic?", "Dr Lee runs the clinic."), ("How do I book?", "Book by phone."),
+          ("Is it open on Sunday?", "It is closed on Sundays."), ("Where is it?", "It is on Main Street.")]
+    table("qa-pairs.csv", ["question", "answer"], qa)
+    table("qa-labels.csv", ["query", "passage", "label"],
+          [(q, a, 1) for q, a in qa] + [(q, qa[(i + 1) % len(qa)][1], 0) for i, (q, _) in enumerate(qa)])
+    table("sts-dev.csv", ["sentence1", "sentence2", "score"],
+          [("a good film", "a great movie", 4.5), ("a good film", "a cold river", 0.5), ("the cat sat", "a cat sat", 4.0)])
+    (folder / "rerank-dev.jsonl").write_text("".join(
+        json.dumps({"query": q, "positive": [a], "negative": [qa[(i + 2) % len(qa)][1]]}) + "\n"
+        for i, (q, a) in enumerate(qa)), encoding="utf-8")
 
 
 def make_original_checkpoints(folder: Path) -> None:
