@@ -107,6 +107,8 @@ def read_ranking_file(path: str | Path, query_column: str | None = None, passage
         raise BertkitError("file not found", path=str(path))
     fmt = table_format(path, fmt)
     header, first = _first_row(path, fmt)
+    if header is None and first is None:
+        raise BertkitError("no examples: expected one JSON object per line", path=str(path))
     if fmt == "jsonl" and first is not None and any(isinstance(first.get(f), list) for f in LIST_FIELDS):
         return _read_lists(path, query_column or "query", skip_bad_rows), {
             "layout": "lists", "columns": {"query": query_column or "query"}}

@@ -230,6 +230,7 @@ def test_listnet_on_graded_lists_with_dev_fraction_and_resume(tiny_model, tmp_pa
      [], "lists.jsonl:2: no field 'query'"),
     ("lists.jsonl", '{"query": "q", "positive": ["a"], "negative": [3]}\n', [],
      "lists.jsonl:1: 'positive' and 'negative' must be strings or lists of non-empty strings"),
+    ("empty.jsonl", "\n", [], "empty.jsonl: no examples"),
     ("lists.jsonl", '{"query": "q", "passages": ["a", "b"], "labels": [1, -1]}\n', ["--loss", "listnet"],
      "lists.jsonl:1: label -1 is not non-negative relevance grades"),
 ])
