@@ -3,6 +3,7 @@ profile that explains the gap before any lever).
 
     python benchmarks/profile_engines.py                  # all-MiniLM-L6-v2, fp32, 4 batches (~1 min)
     python benchmarks/profile_engines.py --size base --precision int8 --batches 2
+    python benchmarks/profile_engines.py --batch 1 --lengths 36,36 --against onnxruntime --batches 40
 
 Two views, on the same variable-length batches of 32 (lengths 16-128), 2 threads:
 
@@ -17,7 +18,13 @@ Two views, on the same variable-length batches of 32 (lengths 16-128), 2 threads
    threads spinning at a barrier count (as "threading"), threads blocked in the kernel do not, so
    this view shows where CPU time goes, the torch.profiler view where bertkit's wall time goes.
 
-Results: runs/profile/profile_<size>_<precision>.{md,json}, or --output.
+3. With `--against onnxruntime`: ONNX Runtime's own profiler (SessionOptions.enable_profiling), each
+   graph node's time summed per class by its operator (MatMul / Gemm / quantised matmuls: GEMM;
+   Attention; the (Skip / Embed) LayerNormalizations; (Bias / Fast) Gelu; the rest), beside
+   bertkit's torch.profiler view, and the wall time per call of each (so ORT's framework share is
+   its wall time beyond its nodes). `--batch 1 --lengths 36,36`: one request of 36 tokens.
+
+Results: runs/profile/profile_<size>_<precision>[_batchN].{md,json}, or --output.
 """
 
 from __future__ import annotations
@@ -80,11 +87,60 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--size", default="minilm", choices=list(E.PLAN))
-    parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"))
     parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=E.BATCH_SIZE, help="inputs per call (default 32)")
+    parser.add_argument("--lengths", default="16,128", help="LO,HI input lengths (default 16,128)")
+    parser.add_argument("--against", default="ctranslate2", choices=("ctranslate2", "onnxruntime"),
+                        help="the engine profiled beside bertkit (bf16: bertkit alone)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.lengths = tuple(int(x) for x in args.lengths.split(","))
+    return args
+
+
+# ONNX Runtime node operators -> class (its profiler names each node's op_type)
+ORT_OPS = (
+    ("GEMM", ("MatMul", "Gemm", "MatMulInteger", "DynamicQuantizeMatMul", "QGemm", "QAttention")),
+    ("attention", ("Attention", "Softmax")),
+    ("LayerNorm", ("LayerNormalization",)),
+    ("GELU", ("Gelu",)),
+    ("layout / copies", ("Reshape", "Transpose", "Concat", "Slice", "Gather", "Unsqueeze", "Squeeze", "Cast",
+                         "Shape", "Expand")),
+)
+
+
+def onnxruntime_profile(onnx_file: Path, threads: int, batches, folder: Path) -> dict:
+    """ORT's per-node times (its own profiler) per class, ms per call, and the wall time per call."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.enable_profiling = True
+    options.profile_file_prefix = str(folder / "ort_profile")
+    session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+    session.run(None, batches[0].numpy)  # warm
+    start = time.perf_counter()
+    for batch in batches:
+        session.run(None, batch.numpy)
+    wall = time.perf_counter() - start
+    trace = json.loads(Path(session.end_profiling()).read_text())
+    runs = len(batches) + 1
+    per_class, per_op = defaultdict(float), defaultdict(float)
+    for event in trace:
+        if event.get("cat") != "Node" or not event.get("name", "").endswith("_kernel_time"):
+            continue
+        op = event.get("args", {}).get("op_name", "?")
+        ms = event["dur"] / 1e3 / runs
+        per_class[classify(op, ORT_OPS)] += ms
+        per_op[op] += ms
+    wall_ms = wall * 1e3 / len(batches)
+    per_class["Python / framework"] += max(0.0, wall_ms - sum(per_class.values()))
+    return {"wall_ms_per_batch": wall_ms, "classes_ms_per_batch": dict(per_class),
+            "top_ops": dict(sorted(per_op.items(), key=lambda kv: -kv[1])[:10])}
 
 
 def classify(name: str, table) -> str:
@@ -180,29 +236,50 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     ours = E.bertkit_model(args.size)
-    batches = [E.Batch(b) for b in C.variable_length_batches(ours.config, E.BATCH_SIZE, count=args.batches + 1)]
+    low, high = args.lengths
+    batches = [E.Batch(b) for b in C.variable_length_batches(ours.config, args.batch, count=args.batches + 1,
+                                                             low=low, high=high)]
+    other = {"ctranslate2": "CTranslate2", "onnxruntime": "ONNX Runtime"}[args.against]
+    alone = args.precision == "bf16"  # neither engine has a CPU bf16 path to profile beside it
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         folder = Path(tmp)
         bertkit = E.bertkit_runners(ours)[f"bertkit_{args.precision}"]
-        ct2 = E.ctranslate2_runners(copy.deepcopy(ours), folder, args.threads, [args.precision])
-        ct2 = ct2[f"ctranslate2_{args.precision}"]
         results = {"size": args.size, "precision": args.precision, "batches": args.batches, "threads": args.threads,
+                   "batch_size": args.batch, "lengths": list(args.lengths), "against": None if alone else args.against,
                    "machine": C.machine_description(), "versions": E.engine_versions(),
                    "bertkit_torch_profiler": torch_profile(bertkit, batches[1:])}
-        perf = {"bertkit": perf_profile(bertkit, batches[1:], "bertkit", folder),
-                "CTranslate2": perf_profile(ct2, batches[1:], "ctranslate2", folder)}
+        perf = {"bertkit": perf_profile(bertkit, batches[1:], "bertkit", folder)}
+        if not alone and args.against == "ctranslate2":
+            ct2 = E.ctranslate2_runners(copy.deepcopy(ours), folder, args.threads, [args.precision])
+            perf[other] = perf_profile(ct2[f"ctranslate2_{args.precision}"], batches[1:], "ctranslate2", folder)
+        elif not alone:
+            from bench_onnx import onnx_sessions
+
+            sessions, _ = onnx_sessions(ours, folder, args.threads)  # also writes model.opt(.int8).onnx
+            graph = folder / ("model.opt.int8.onnx" if args.precision == "int8" else "model.opt.onnx")
+            results["onnxruntime_profiler"] = onnxruntime_profile(graph, args.threads, batches[1:], folder)
+            session = sessions[args.precision]
+            perf[other] = perf_profile(lambda batch: session.run(None, batch.numpy), batches[1:], "onnxruntime", folder)
     results["perf"] = perf
-    lines = [f"# Per-op profile: bertkit and CTranslate2, {args.size} {args.precision}", "",
-             f"{args.batches} variable-length batches of {E.BATCH_SIZE} (lengths 16-128), {args.threads} threads, "
+    shape = (f"{args.batches} calls of one input of {low} tokens" if args.batch == 1 and low == high else
+             f"{args.batches} variable-length batches of {args.batch} (lengths {low}-{high})")
+    lines = [f"# Per-op profile: bertkit" + ("" if alone else f" and {other}") + f", {args.size} {args.precision}", "",
+             f"{shape}, {args.threads} threads, "
              f"{results['machine']['cpu']} ({results['machine']['cpu_class']}), load "
              f"{results['machine']['load_average_at_start']}. `benchmarks/profile_engines.py` has the method.", ""]
-    lines += table("bertkit under torch.profiler (op self times; the rest of the wall time is Python / framework)",
-                   {"bertkit": results["bertkit_torch_profiler"]})
+    own = {"bertkit (torch.profiler)": results["bertkit_torch_profiler"]}
+    if "onnxruntime_profiler" in results:
+        own["ONNX Runtime (its profiler)"] = results["onnxruntime_profiler"]
+    lines += table("Under each engine's own profiler (op self times; the rest of the wall time is Python / framework)",
+                   own)
     lines += ["Top ops (self ms per batch): " + ", ".join(
         f"{k} {v['self_ms_per_batch']:.1f}" for k, v in list(results["bertkit_torch_profiler"]["top_ops"].items())[:8]), ""]
+    if "onnxruntime_profiler" in results:
+        lines += ["ONNX Runtime's top nodes (ms per call): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in results["onnxruntime_profiler"]["top_ops"].items()), ""]
     if all(perf.values()):
-        lines += table("Both engines under perf (samples per class, scaled to the wall time)", perf)
+        lines += table("Under perf (samples per class, scaled to the wall time)", perf)
         for name, p in perf.items():
             lines.append(f"{name} top symbols: " + "; ".join(
                 f"{s['share']:.1f}% {s['symbol']} ({Path(s['library']).name})" for s in p["top_symbols"][:6]))
@@ -211,7 +288,7 @@ def main(argv=None) -> int:
         lines += ["perf is not available here (or recorded nothing): the sampling view of both engines is left out.", ""]
     out = Path(args.output) if args.output else HERE.parent / "runs" / "profile"
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"profile_{args.size}_{args.precision}"
+    stem = f"profile_{args.size}_{args.precision}" + ("" if args.batch == E.BATCH_SIZE else f"_batch{args.batch}")
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
