@@ -107,6 +107,8 @@ def pick_device(requested: str = "auto") -> torch.device:
         return torch.device("cpu")
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise BertkitError(f"device {requested!r} requested but CUDA is not available")
+    if requested == "cuda":  # as "auto": under torchrun each rank its own GPU, always with an index
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     try:
         return torch.device(requested)
     except RuntimeError:
