@@ -131,6 +131,8 @@ def resolve_precision(precision: str, device: torch.device) -> str:
         raise BertkitError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision == "auto":
         return "bf16" if bf16_supported(device) else "fp32"
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "fp16"  # a GPU without bf16 (before Ampere) refuses bf16 autocast: fp16, with a GradScaler in training
     return precision
 
 
@@ -148,9 +150,10 @@ def precision_label(device: torch.device, precision: str, quantize: str = "none"
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast for matmuls; parameters, optimizer state and losses stay fp32."""
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    """bf16 (or on a GPU without bf16, fp16: resolve_precision) autocast for matmuls; parameters,
+    optimizer state and losses stay fp32."""
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
     return contextlib.nullcontext()
 
 

@@ -147,6 +147,8 @@ class Trainer:
         self.is_main = self.rank == 0
         self.device = pick_device(args.device)
         self.precision = resolve_precision(args.precision, self.device)
+        # fp16 (a GPU without bf16) scales the loss so that small gradients do not flush to zero.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.accum = max(1, args.grad_accum)
         self.clock_start = args.clock_start if args.clock_start is not None else time.time()
         self.out_dir = Path(args.output_dir) if args.output_dir else None
@@ -321,6 +323,8 @@ class Trainer:
         Checkpointer.load_weights(self.model, checkpoint)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.position = state["position"]
         self.global_step = state["global_step"]
         self.elapsed_before = float(state.get("elapsed", 0.0))
@@ -353,14 +357,17 @@ class Trainer:
                 out = self.train_model(**batch)
             # Before backward: a non-finite loss stops the run here, the weights and checkpoints untouched.
             check_finite_loss(float(out["loss"].detach()), self.global_step + 1)
-            (out["loss"] / group_len).backward()
+            self.scaler.scale(out["loss"] / group_len).backward()
         return batch, out
 
     def optimizer_step(self) -> float:
         grad_norm = float("nan")
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
         if self.args.max_grad_norm and self.args.max_grad_norm > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm))
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # without fp16 optimizer.step(); with it, skipped on inf / NaN gradients
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
@@ -476,6 +483,7 @@ class Trainer:
         return {"optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
                 "position": self.position, "global_step": self.global_step, "rng": [rng_state()],
+                "scaler": self.scaler.state_dict(),
                 "total_steps": self.plan.total_steps if self.plan is not None else None,
                 "plan": self.plan.to_dict() if self.plan is not None else None,
                 "elapsed": self.elapsed(), "identity": self.args.identity}

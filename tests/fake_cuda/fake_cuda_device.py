@@ -223,9 +223,16 @@ def cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: setattr(fake, "current", torch.device(
         "cuda", device).index if isinstance(device, int) else torch.device(device).index or 0))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: fake.bf16)
-    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in fake.rng_states])
-    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: setattr(
-        fake, "rng_states", [torch.as_tensor(s).clone() for s in states]))
+    def get_rng_state_all():
+        with fake.cpu():
+            return [s.clone() for s in fake.rng_states]
+
+    def set_rng_state_all(states):
+        with fake.cpu():
+            fake.rng_states = [torch.as_tensor(s).clone() for s in states]
+
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", get_rng_state_all)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_rng_state_all)
     monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: None)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake CUDA device")
     # The padding check reads values: build the mask always (the path of a batch with padding).

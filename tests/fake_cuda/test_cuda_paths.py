@@ -178,3 +178,35 @@ def test_inference_engine_on_cuda(cuda):
     assert engine.model.device == cuda.device
     logits = engine.logits(["a short one", "a somewhat longer sentence than the first"])
     assert [t.shape for t in logits] == [(2,), (2,)] and all(t.device.type == "cpu" for t in logits)
+
+
+def test_bf16_asked_on_a_gpu_without_it_runs_fp16_with_a_grad_scaler(cuda, monkeypatch):
+    """bf16 autocast is refused by GPUs before Ampere: there "bf16" resolves to fp16, and the loop
+    scales the loss (GradScaler), unscales before clipping and skips steps with inf gradients."""
+    from bertkit.device import autocast, resolve_precision
+    cuda.bf16 = False
+    assert resolve_precision("bf16", cuda.device) == "fp16"
+    assert resolve_precision("auto", cuda.device) == "fp32"
+    with autocast(cuda.device, "fp16"):
+        assert torch.get_autocast_dtype("cuda") == torch.float16
+    model = cuda.trainable(cuda.model(BertForSequenceClassification, num_labels=2))
+    trainer = Trainer(model, Phase(source=None, steps=2), TrainArgs(device="cuda", precision="bf16"))
+    assert trainer.precision == "fp16" and trainer.scaler.is_enabled()
+    trainer.optimizer = build_optimizer(model, 1e-3)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm, *a, **k: 0.0)  # faked: no value
+    for p in model.parameters():
+        p.grad = torch.empty_like(p).normal_()
+    trainer.scaler.scale(torch.ones((), device=cuda.device))  # the scale lives on the device
+    trainer.optimizer_step()
+    assert trainer.scaler._scale.device == cuda.device and trainer.scaler._growth_tracker.device == cuda.device
+    assert all(p.grad is None for p in model.parameters())  # the step ran (and zeroed the gradients)
+
+
+def test_cuda_without_an_index_is_the_ranks_own_gpu(cuda, monkeypatch):
+    """--device cuda under torchrun: LOCAL_RANK's GPU (every rank on GPU 0 made NCCL fail and gave DDP
+    device_ids=[None])."""
+    from bertkit.device import pick_device
+    assert pick_device("cuda") == torch.device("cuda", 0)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert pick_device("cuda") == torch.device("cuda", 1)
+    assert pick_device("cuda:0") == torch.device("cuda", 0)  # an explicit index stays
