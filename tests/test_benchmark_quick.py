@@ -192,3 +192,19 @@ def test_alternation_shuffled_each_round_varies_who_runs_after_whom():
     assert len({prev for prev, name in rotated if name == "a"}) == 1  # always the same one
     assert len({prev for prev, name in shuffled if name == "a"}) >= 3
     assert predecessors(0)[1] == rounds  # seeded: the same orders every run
+
+
+def test_serve_latency_report_compares_every_door_with_the_engine():
+    import serve_latency
+
+    row = lambda median: {"median_ms": median, "p90_ms": median * 1.5, "calls": 10}  # noqa: E731
+    result = {"machine": {"cpu_class": "avx2", "cpu": "Some CPU"}, "command": "serve_latency.py", "date": "then",
+              "model": "all-MiniLM-L6-v2", "requests": 10, "precision": "fp32", "load_average_at_start": [0.1],
+              "serve": {"cold_start_s": 3.2, "first_request_ms": 9.0,
+                        "routes": {"/embed": row(6.5), "/v1/embeddings": row(6.8)}},
+              "in_process": {"engine": row(6.0), "pipeline": row(6.3)}}
+    text = serve_latency.markdown(result)
+    assert "| pipeline (in process) | 6.30 | 9.45 | 1.05x |" in text
+    assert "| serve /embed (HTTP, client side) | 6.50 | 9.75 | +0.50 ms |" in text
+    assert "first answer 3.20 s" in text and "9.0 ms, 1.38x the steady /embed median" in text
+    assert len(serve_latency.texts(5)) == 5 and serve_latency.texts(5) == serve_latency.texts(5)
