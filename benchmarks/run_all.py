@@ -209,7 +209,8 @@ def main(argv=None) -> int:
 
 
 def engines_check(threads: int, log) -> dict | str:
-    """bench_engines' quick run on all-MiniLM-L6-v2 (a few engines, 2 rounds), or why it cannot run."""
+    """bench_engines' quick run on all-MiniLM-L6-v2 (a few engines, 2 rounds of batches of 32, then 10
+    single inputs of 8-64 tokens: the batch-1 row), or why it cannot run."""
     import bench_engines as E
 
     missing = [m for m in ("onnxruntime", "ctranslate2", "onnx") if not _importable(m)]
@@ -223,6 +224,8 @@ def engines_check(threads: int, log) -> dict | str:
                "versions": E.engine_versions(), "levers": []}
     started = time.time()
     results["rows"] = [E.run_size("minilm", args, log)]
+    single = E.parse_args(argv[:-4] + ["--batch", "1", "--lengths", "8,64", "--rounds", "10", "--threads", str(threads)])
+    results["batch1_rows"] = [E.run_size("minilm", single, log)]
     results["minutes"] = round((time.time() - started) / 60, 1)
     results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return results
@@ -241,7 +244,13 @@ def engines_report(engines: dict | str, out: Path, table: Path) -> str:
         return engines + "\n"
     (out / "engines.json").write_text(json.dumps(engines, indent=1, default=float) + "\n")
     (out / "engines.md").write_text(E.markdown(engines))
-    return E.compare_with_table(engines, table / "engines.json")
+    text = E.compare_with_table(engines, table / "engines.json")
+    if engines.get("batch1_rows"):
+        single = E.markdown({**engines, "rows": engines["batch1_rows"]})
+        (out / "engines_batch1.md").write_text(single)
+        text += "\n## Batch 1 (one input of 8-64 tokens at a time)\n\n" + "\n".join(
+            line for line in single.splitlines() if line.startswith("|")) + "\n"
+    return text
 
 
 def peak_against_table(results: dict, table_file: Path) -> str:

@@ -208,3 +208,20 @@ def test_serve_latency_report_compares_every_door_with_the_engine():
     assert "| serve /embed (HTTP, client side) | 6.50 | 9.75 | +0.50 ms |" in text
     assert "first answer 3.20 s" in text and "9.0 ms, 1.38x the steady /embed median" in text
     assert len(serve_latency.texts(5)) == 5 and serve_latency.texts(5) == serve_latency.texts(5)
+
+
+def test_run_all_engines_report_prints_the_batch1_row(tmp_path):
+    import bench_engines
+    import run_all
+
+    result = _engines_result("avx2", {"onnxruntime_fp32": 1.3, "ctranslate2_fp32": 0.8, "ctranslate2_int8": 0.9})
+    single = _engines_result("avx2", {"onnxruntime_fp32": 0.5, "ctranslate2_fp32": 0.6, "ctranslate2_int8": 0.4})
+    for name, e in single["rows"][0]["engines"].items():
+        e.update(median_s=1 / e["seq_per_s"], p90_s=1.5 / e["seq_per_s"])
+    single["rows"][0].update(batch_size=1, lengths=[8, 64])
+    result["batch1_rows"] = single["rows"]
+    text = run_all.engines_report(result, tmp_path, tmp_path)
+    assert "## Batch 1" in text and "| median ms per call (p90) |" in text
+    assert (tmp_path / "engines_batch1.md").is_file()
+    assert "| minilm | fp32 | ONNX Runtime fp32 (BERT fusions) | 0.50x / 0.50x |" in bench_engines.markdown(
+        {**result, "rows": single["rows"]})
