@@ -3,15 +3,19 @@
 Every command checks its output paths with these functions *before* it starts work, so a bad output
 path is reported at once, not after an hour of training. Files are written through `atomic_write` /
 `atomic_open`: the content goes to a temporary file in the same folder, which is renamed over the
-real name only when complete; on any failure (disk full included) the temporary file is removed.
+real name only when complete; on any failure (disk full included) the temporary file is removed,
+and a write that failed inside a library (safetensors' Rust writer says "os error 28") is raised
+as the OSError it was, naming the file's real name, which the CLI prints in one line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -111,6 +115,31 @@ def _refuse_non_regular(path: Path) -> None:
         raise BertkitError("exists and is not a regular file; refusing to replace it", path=str(path))
 
 
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # what a write fails with for want of room
+
+
+def write_error(error: BaseException, written: str | Path, shown: str | Path) -> OSError | None:
+    """The OSError behind a failed write of `written` (a temporary file or folder), naming `shown`
+    (its real name) instead: an OSError that names the temporary path, or safetensors'
+    SafetensorError, which carries the operating system's error only in its text ("... No space
+    left on device (os error 28)"). None when `error` needs no translation."""
+    if isinstance(error, OSError):
+        name, written = error.filename, str(written)
+        if name is None and error.errno in FULL_DISK:  # write() names no file: the one being written
+            return OSError(error.errno, error.strerror, str(shown))
+        if error.errno is None or not isinstance(name, str):
+            return None
+        if not (name == written or name.startswith(written + os.sep)):
+            return None
+        return OSError(error.errno, error.strerror, str(shown) + name[len(written):])  # the errno's subclass
+    if type(error).__name__ == "SafetensorError":
+        found = re.search(r"\(os error (\d+)\)", str(error))
+        if found:
+            number = int(found.group(1))
+            return OSError(number, os.strerror(number), str(shown))
+    return None
+
+
 @contextlib.contextmanager
 def _temporary_beside(path: Path) -> Iterator[str]:
     """A temporary file next to `path`, renamed to `path` (readable by others, as a plain open() would
@@ -122,9 +151,12 @@ def _temporary_beside(path: Path) -> Iterator[str]:
         yield tmp
         os.chmod(tmp, _file_mode())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        translated = write_error(e, tmp, path)
+        if translated is not None:
+            raise translated from None
         raise
 
 
@@ -252,8 +284,11 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        translated = write_error(e, tmp, path)
+        if translated is not None:
+            raise translated from None
         raise
 
 

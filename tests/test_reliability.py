@@ -380,3 +380,90 @@ def test_train_tokenizer_and_pretraining_data_read_a_pipe(tiny, tmp_path, capsys
                     tiny["model"] / "vocab.txt", "--output", tmp_path / "data", "--max-seq-length", "16", "--max-predictions-per-seq", "2",
                     "--dupe-factor", "1"], capsys) == 0
     assert sum(s["instances"] for s in json.loads((tmp_path / "data" / "manifest.json").read_text())["shards"]) > 0
+
+
+# ---- issue 41: a full disk while a checkpoint is written is one line; the last good checkpoint stays
+
+
+class _FullDisk:
+    """A file that takes `room` bytes, then fails as a full disk does (OSError ENOSPC on write)."""
+
+    def __init__(self, path, mode, room):
+        self.handle, self.room = open(path, mode), room
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def _pretrain(data, out, capsys, *extra):
+    return run_cli_stderr(["pretrain", "--data", data, "--output", out, "--max-steps", "6", "--save-steps", "2",
+                           "--batch-size", "4", "--precision", "fp32", "--device", "cpu", "--no-progress", *extra],
+                          capsys)
+
+
+def test_full_disk_mid_pretraining_and_on_resume_keeps_the_last_checkpoint(pretraining_data, tmp_path, capsys,
+                                                                          monkeypatch):
+    import safetensors
+
+    import bertkit.hub.checkpoints
+    import bertkit.train.checkpoint
+
+    out = tmp_path / "run"
+    written = []
+
+    def state_file(path, mode="r", *args, **kwargs):  # torch.save's zip writer sees a full disk at checkpoint-4
+        written.append(Path(path).parent.name)
+        return _FullDisk(path, mode, room=100 if len(written) == 2 else 1 << 40)  # fails inside the zip writer
+
+    monkeypatch.setattr(bertkit.train.checkpoint, "open", state_file, raising=False)
+    code, err = _pretrain(pretraining_data, out, capsys)
+    # torch.save raised "RuntimeError: [enforce fail at inline_container.cc:672]": now the OSError it was
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"error: {out / 'checkpoint-4' / 'training_state.pt'}: No space left on device")
+    assert sorted(p.name for p in out.iterdir() if "checkpoint" in p.name) == ["checkpoint-2"]  # no half folder
+    monkeypatch.undo()
+
+    real_save_file = bertkit.hub.checkpoints.save_file
+
+    def weights_full(tensors, path, metadata=None):  # safetensors' own error, as its Rust writer raises it
+        real_save_file(tensors, path, metadata=metadata)
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(bertkit.hub.checkpoints, "save_file", weights_full)
+    code, err = _pretrain(pretraining_data, out, capsys, "--resume")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"error: {out / 'checkpoint-4' / 'model.safetensors'}: No space left on device")
+    assert sorted(p.name for p in out.iterdir() if "checkpoint" in p.name) == ["checkpoint-2"]
+    monkeypatch.undo()
+
+    code, err = _pretrain(pretraining_data, out, capsys, "--resume")  # room again: the run goes on from step 2
+    assert code == 0, err
+    assert "resuming from" in err and "checkpoint-2" in err and (out / "model.safetensors").is_file()
+
+
+def test_full_disk_while_finetune_saves_its_model(tiny, tmp_path, capsys, monkeypatch):
+    import safetensors
+
+    import bertkit.hub.checkpoints
+
+    def full(tensors, path, metadata=None):
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(bertkit.hub.checkpoints, "save_file", full)
+    code, err = run_cli_stderr(glue_argv(tiny, tmp_path / "out"), capsys)
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith(f"error: {tmp_path / 'out'}") and last.endswith(
+        "model.safetensors: No space left on device") and "Traceback" not in err
+    assert not list((tmp_path / "out").rglob("*.tmp"))  # no temporary file left behind

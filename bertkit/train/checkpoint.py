@@ -2,6 +2,8 @@
 
 A checkpoint directory is written under a temporary name and renamed into place, so it appears
 complete or not at all; `latest_checkpoint` only picks directories whose training state exists.
+A write that fails (a full disk) is raised as the OSError it was, naming the checkpoint's file,
+and the checkpoints before it are kept: the CLI prints one line and exits 2.
 The training state holds the optimizer, scheduler, data position, RNG states (one per rank), the
 run's plan and its identity (what the run was started with), so `--resume` can refuse a
 checkpoint that belongs to another run.
@@ -73,6 +75,37 @@ def read_training_state(checkpoint: Path) -> dict:
                            path=str(path)) from None
 
 
+class _RecordingWriter:
+    """A file for torch.save that remembers the OSError its write raised: torch's zip writer turns it
+    into `RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos ...`."""
+
+    def __init__(self, handle):
+        self.handle, self.error = handle, None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def save_training_state(state: dict, path: Path) -> None:
+    """torch.save(state, path); a failed write is the OSError (errno, reason, path) it was."""
+    with open(path, "wb") as handle:
+        writer = _RecordingWriter(handle)
+        try:
+            torch.save(state, writer)
+        except (OSError, RuntimeError) as e:
+            error = writer.error or (e if isinstance(e, OSError) else None)
+            if error is None:
+                raise
+            raise OSError(error.errno, error.strerror, str(path)) from None
+
+
 class Checkpointer:
     """Writes checkpoint-N directories atomically and keeps the newest `keep` of them."""
 
@@ -85,7 +118,7 @@ class Checkpointer:
         final = self.output_dir / f"checkpoint-{step}"
         with atomic_folder(final) as tmp:  # a failed save (disk full) leaves no half checkpoint behind
             model.save_pretrained(tmp, tokenizer=self.tokenizer)
-            torch.save(state, tmp / STATE_NAME)
+            save_training_state(state, tmp / STATE_NAME)
         self._prune()
         return final
 
@@ -100,5 +133,5 @@ class Checkpointer:
         model.load_checkpoint_state(read_safetensors(checkpoint / WEIGHTS_NAME), source=str(checkpoint))
 
 
-__all__ = ["Checkpointer", "STATE_NAME", "latest_checkpoint", "read_training_state", "rng_state", "set_rng_state",
-           "set_seed"]
+__all__ = ["Checkpointer", "STATE_NAME", "latest_checkpoint", "read_training_state", "rng_state",
+           "save_training_state", "set_rng_state", "set_seed"]
