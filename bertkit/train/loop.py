@@ -454,7 +454,7 @@ class Trainer:
                   "learning_rate": self.scheduler.get_last_lr()[0], "grad_norm": grad_norm,
                   "elapsed_s": round(self.elapsed(), 3)}
         if self.world > 1:
-            record = average_across_ranks(record)
+            record = average_across_ranks(record, self.device)
         if self.is_main:
             self.log.write(record)
         self.last_logs = record
@@ -514,10 +514,12 @@ class Trainer:
         (self.out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
-def average_across_ranks(record: dict) -> dict:
+def average_across_ranks(record: dict, device: torch.device | None = None) -> dict:
+    """The record's losses and accuracies averaged over the ranks; the tensor on the training device
+    (NCCL, the backend on CUDA, reduces only CUDA tensors)."""
     keys = [k for k, v in record.items()
             if isinstance(v, float) and k not in ("learning_rate", "seq_per_s", "tokens_per_s", "elapsed_s")]
-    t = torch.tensor([record[k] for k in keys], dtype=torch.float64)
+    t = torch.tensor([record[k] for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     world = dist.get_world_size()
     return {**record, **{k: float(v) / world for k, v in zip(keys, t)}}

@@ -210,3 +210,22 @@ def test_cuda_without_an_index_is_the_ranks_own_gpu(cuda, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert pick_device("cuda") == torch.device("cuda", 1)
     assert pick_device("cuda:0") == torch.device("cuda", 0)  # an explicit index stays
+
+
+def test_logs_are_averaged_across_ranks_on_the_gpu(cuda):
+    """NCCL reduces only CUDA tensors: the loop's log averaging builds its tensor on the device
+    (on the CPU it raised at the first log step of every multi-GPU run)."""
+    from bertkit.train.loop import average_across_ranks
+    reduced = []
+
+    class Stop(Exception):
+        pass
+
+    def all_reduce(t):
+        reduced.append(t)
+        raise Stop  # faked: no value to read back after the reduction
+
+    with mock.patch("torch.distributed.all_reduce", side_effect=all_reduce):
+        with pytest.raises(Stop):
+            average_across_ranks({"step": 1, "loss": 2.0, "mlm_accuracy": 0.5}, cuda.device)
+    assert reduced[0].device == cuda.device and reduced[0].shape == (2,)
