@@ -119,3 +119,24 @@ def test_bad_host_or_port_in_use_is_one_error_line_exit_2(tiny_model_dir, capsys
         port = taken.getsockname()[1]
         code, err = run_cli_stderr(["serve", "--model", tiny_model_dir, "--port", port], capsys)
     assert code == 2 and f"cannot listen on 127.0.0.1:{port}: the port is in use" in err
+
+
+def test_a_client_that_disconnects_mid_body_is_one_log_line_499(tmp_path, tiny_model, caplog):
+    import time
+
+    folder = tiny_model(BertModel, tmp_path / "encoder", max_positions=64)
+    server = Server(InferenceEngine(folder, precision="fp32"))
+    server.access_log.stream = log = io.StringIO()
+    with caplog.at_level(logging.WARNING), server_in_thread(server) as port:
+        for _ in range(2):  # each client that leaves is its own line
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                client.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: 1000\r\n\r\n" + b'{"inputs": "hel')  # 15 of 1,000 bytes
+            deadline = time.monotonic() + 10
+            while log.getvalue().count("route=/embed") < _ + 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert request(port, "/embed", {"inputs": "hello"})[0] == 200  # the server goes on
+    lines = [line for line in log.getvalue().splitlines() if "route=/embed" in line]
+    assert len(lines) == 3 and all("status=499" in line for line in lines[:2]) and "status=200" in lines[2]
+    assert "Traceback" not in log.getvalue() and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert 'bertkit_requests_total{route="/embed",status="499"} 2' in server.metrics.text()

@@ -11,10 +11,11 @@ import json
 import re
 
 import numpy as np
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 MAX_BODY_BYTES = 2 * 1024 * 1024  # TEI's default payload limit
 MAX_JSON_DEPTH = 128
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that closed the connection before the answer
 
 # A JSON string literal (escapes included), matched the way the JSON scanner reads one.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
@@ -27,6 +28,15 @@ class RequestError(Exception):
     def __init__(self, status: int, message: str, error_type: str = "validation"):
         super().__init__(message)
         self.status, self.message, self.error_type = status, message, error_type
+
+
+class ClientDisconnected(RequestError):
+    """The client closed the connection before its body was whole: not a fault of the server, so no
+    traceback; the access log's one line says status 499, as nginx logs it, and nothing is answered."""
+
+    def __init__(self):
+        super().__init__(CLIENT_CLOSED_REQUEST, "client disconnected before the whole body was sent",
+                         "client_disconnected")
 
 
 def nesting_depth(body: bytes) -> int:
@@ -45,11 +55,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
         raise RequestError(413, f"request body of {int(declared)} bytes is over the limit of {max_bytes} bytes",
                            "payload_too_large")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise RequestError(413, f"request body is over the limit of {max_bytes} bytes", "payload_too_large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise RequestError(413, f"request body is over the limit of {max_bytes} bytes", "payload_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientDisconnected() from None
     return b"".join(chunks)
 
 
