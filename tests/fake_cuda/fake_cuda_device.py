@@ -16,7 +16,8 @@ What a fake device cannot do, and what the fixture does instead (each said where
 * torch.cuda's host calls (is_available, current_device, is_bf16_supported, the RNG state) reach
   the CUDA runtime, which a CPU build lacks: they answer as one GPU would (`FakeCuda.bf16`);
 * a fake tensor cannot be swapped into a module in place, so `Module.to` of a model whose tensors
-  are already fake moves them by replacement (same shapes, ties kept) and checks the device;
+  are already fake, or real ones sent to CUDA (a model a command loads from a folder, built on the
+  CPU: `FakeCuda.on_cpu` wraps the loader), moves them by replacement (same shapes, ties kept);
 * Python indexing (`x[:, None]`, `x[:, 0]`) of a CUDA tensor enters the CUDA device guard in
   C++ before any kernel, which a CPU build lacks: `Tensor.__getitem__` of a fake CUDA tensor is
   the same composition of aten view ops (unsqueeze, select, slice, index), whose fake kernels
@@ -111,6 +112,13 @@ class FakeCuda:
                     if t is not None:
                         store[name] = fake_like(t)
         return module
+
+    def on_cpu(self, function):
+        """`function` (a model loader) run with real CPU tensors: models are built on the CPU."""
+        def call(*args, **kwargs):
+            with self.cpu():
+                return function(*args, **kwargs)
+        return call
 
     def trainable(self, module: nn.Module) -> nn.Module:
         """Every parameter requiring gradients again (faked: after the forward passes, before an
@@ -243,11 +251,13 @@ def cuda(monkeypatch):
 
     def module_to(self, *args, **kwargs):
         tensors = list(self.parameters()) + list(self.buffers())
-        if not tensors or not all(is_fake(t) for t in tensors):
-            return original_to(self, *args, **kwargs)
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         if device is not None and device.type == "cuda" and device.index is None:
             device = torch.device("cuda", fake.current)
+        if tensors and device is not None and device.type == "cuda" and not any(is_fake(t) for t in tensors):
+            return fake.move(self, device, dtype)  # real weights onto the fake GPU (their values stay behind)
+        if not tensors or not all(is_fake(t) for t in tensors):
+            return original_to(self, *args, **kwargs)
         if dtype is None and all(t.device == (device or t.device) for t in tensors):
             return self  # already there
         return fake.move(self, device or tensors[0].device, dtype)

