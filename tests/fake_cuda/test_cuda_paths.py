@@ -15,7 +15,7 @@ from bertkit.train import checkpoint
 from bertkit.train.loop import Phase, TrainArgs, Trainer
 from bertkit.train.optim import build_optimizer, linear_factor
 
-from fake_cuda_device import needs_real_values
+from fake_cuda_device import needs_cuda_runtime, needs_real_values
 
 pytestmark = pytest.mark.fake_cuda
 
@@ -165,6 +165,32 @@ def test_pretraining_mlm_and_nsp_steps_on_cuda(cuda):
         _, out = trainer.micro_batch(batch, 2, sync=True)
     assert out["mlm_loss"].device == cuda.device and out["nsp_loss"].device == cuda.device
     assert all(p.grad is None or p.grad.device == cuda.device for p in model.parameters())
+    from bertkit.pretraining.objectives import OBJECTIVES
+    moved = {k: v.to(cuda.device) for k, v in batch.items()}
+    metrics = OBJECTIVES["bert"].batch_metrics(moved, out)  # the objective's running accuracies
+    assert metrics["mlm_accuracy"][1] == int((labels != -100).sum()) and metrics["nsp_accuracy"][1] == 2
+
+
+@needs_cuda_runtime
+def test_two_micro_batches_step_as_one_batch_on_cuda(cuda):
+    """The loop's gradient accumulation on the GPU: two micro-batches of 2 give the gradients of
+    one batch of 4 (fp32, dropout off)."""
+    grads = []
+    for accum, groups in ((2, [[0, 1], [2, 3]]), (1, [[0, 1, 2, 3]])):
+        model = cuda.model(BertForSequenceClassification, num_labels=2, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0)
+        trainer = Trainer(model, Phase(source=None, steps=1), TrainArgs(device="cuda:0", precision="fp32",
+                                                                        grad_accum=accum))
+        trainer.train_model = model
+        torch.manual_seed(1)
+        ids = torch.randint(5, 100, (4, 8))
+        labels = torch.tensor([0, 1, 1, 0])
+        with torch.enable_grad():
+            for rows in groups:
+                trainer.micro_batch({"input_ids": ids[rows], "labels": labels[rows]}, len(groups), sync=True)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert a.device == cuda.device and torch.allclose(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_inference_engine_on_cuda(cuda):
