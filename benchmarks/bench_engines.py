@@ -85,7 +85,8 @@ LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32
           "openvino_bf16": "OpenVINO bf16", "bertkit_int8": "bertkit int8",
           "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8"}
 # The levers --levers alternates against the defaults: name -> KernelOptions changes.
-LEVERS = {"packed_weights=mkl": {"packed_weights": "mkl"}, "packed_weights=onednn": {"packed_weights": "onednn"},
+LEVERS = {"packed_weights=none": {"packed_weights": "none"}, "packed_weights=mkl": {"packed_weights": "mkl"},
+          "packed_weights=onednn": {"packed_weights": "onednn"},
           "onednn_linear=inference": {"onednn_linear": "inference"},
           "attention_bucket=16": {"attention_bucket": 16}, "attention_bucket=32": {"attention_bucket": 32},
           "attention=explicit": {"attention": "explicit"},

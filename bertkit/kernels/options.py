@@ -54,11 +54,13 @@ FP32_LINEAR_BY_CLASS = {
 }
 
 
-# fp32 inference weights packed once for oneDNN (kernels/packed.py), per class, from
-# `benchmarks/bench_engines.py --levers` (alternated against the stock path, 8 rounds each): on the
-# AVX2 EPYC 1.06x on all-MiniLM-L6-v2 and on BERT-base alike. On a Zen 5 (avx512-bf16) two runs
-# disagreed (MiniLM 1.07x then 0.86x, base 0.98x then 1.09x), so not there; avx512 not yet measured.
-PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn"}
+# Inference weights packed once for oneDNN (kernels/packed.py), per class, from
+# `benchmarks/bench_engines.py --levers` (alternated against the stock path): on the AVX2 EPYC 1.06x
+# on all-MiniLM-L6-v2 and on BERT-base alike (batches of 32). On a Zen 5 (avx512-bf16) batches of 32
+# were even (two runs: MiniLM 1.07x then 0.86x, base 0.98x then 1.09x), but one request gains:
+# every call would otherwise reorder (and under bf16 autocast first cast) every weight, which at a
+# few rows costs more than the GEMM (docs/speed.md, "One request"). avx512 not yet measured.
+PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn", "avx512-bf16": "onednn"}
 
 
 def default_packed_weights(features: CpuFeatures | None = None) -> str:
