@@ -79,10 +79,20 @@ def _section(parser: argparse.ArgumentParser, words: list[str], level: int) -> l
 
 def cli_reference_markdown() -> str:
     """Markdown for every command and sub-command of `bertkit`, from the argparse parsers."""
-    os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width: one width for every build
     from bertkit.cli import build_parser
 
-    parser = build_parser()
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # argparse wraps usage lines at the terminal's width: one width for every build
+    try:
+        return _reference(build_parser())
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
+
+
+def _reference(parser: argparse.ArgumentParser) -> str:
     lines = ["# Command-line reference", "",
              "Generated from the argparse parsers (`bertkit.cli.build_parser()`) when the site is built: every",
              "command, sub-command and option as `bertkit COMMAND --help` prints it. How every command behaves",
