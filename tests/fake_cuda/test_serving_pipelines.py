@@ -79,3 +79,14 @@ def test_checkpoint_written_from_cuda_reads_back_on_the_cpu_and_the_gpu(cuda, tm
         assert torch.equal(a.cpu(), b), name
     back = on_cpu.to(cuda.device)
     assert back.device == cuda.device
+
+
+def test_predict_with_int8_on_cuda_is_one_error_line(cuda, tmp_path, capsys):
+    """`bertkit predict ... --device cuda --quantize int8`: exit 2, one `error:` line, no traceback."""
+    from bertkit.cli import main
+    folder = saved_model(cuda, BertForSequenceClassification, tmp_path / "model", num_labels=2)
+    (tmp_path / "in.txt").write_text("one line\n")
+    code = main(["predict", "text-classification", "--model", str(folder), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "out.jsonl"), "--device", "cuda", "--quantize", "int8"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: int8 quantisation runs on the CPU"), err
