@@ -256,3 +256,35 @@ def test_logs_are_averaged_across_ranks_on_the_gpu(cuda):
         with pytest.raises(Stop):
             average_across_ranks({"step": 1, "loss": 2.0, "mlm_accuracy": 0.5}, cuda.device)
     assert reduced[0].device == cuda.device and reduced[0].shape == (2,)
+
+
+class Batches:
+    """A deterministic batch source of CPU tensors (the loop moves them to the device)."""
+
+    def __init__(self, count: int = 4):
+        g = torch.Generator().manual_seed(0)
+        self.data = [{"input_ids": torch.randint(5, 100, (2, 8), generator=g),
+                      "labels": torch.randint(0, 2, (2,), generator=g)} for _ in range(count)]
+
+    def num_batches(self, epoch):
+        return len(self.data)
+
+    def batches(self, epoch, start=0):
+        yield from self.data[start:]
+
+
+@needs_cuda_runtime
+def test_checkpoint_and_resume_on_cuda(cuda, tmp_path):
+    """fit on CUDA with checkpoints, then --resume: weights, AdamW state (read to the CPU, moved to
+    the parameters' device), schedule and the CUDA RNG state come back; the run continues there."""
+    from bertkit.train.loop import fit
+    args = dict(output_dir=str(tmp_path / "run"), device="cuda:0", precision="bf16", save_steps=2,
+                logging_steps=1, learning_rate=1e-3)
+    model = cuda.model(BertForSequenceClassification, num_labels=2)
+    with torch.enable_grad():
+        fit(model, Phase(Batches(), steps=4), TrainArgs(**args))
+    assert (tmp_path / "run" / "checkpoint-2" / "training_state.pt").is_file()
+    again = cuda.model(BertForSequenceClassification, num_labels=2)
+    with torch.enable_grad():
+        result = fit(again, Phase(Batches(), steps=4), TrainArgs(**{**args, "resume": True}))
+    assert result.resumed_from == 2 and result.global_step == 4 and again.device == cuda.device
