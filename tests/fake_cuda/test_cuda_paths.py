@@ -22,10 +22,15 @@ pytestmark = pytest.mark.fake_cuda
 
 @pytest.mark.parametrize("kernel", [*KERNELS, "eager"])
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
-def test_each_attention_kernel_with_the_padding_mask(cuda, kernel, training):
-    model = cuda.model(BertModel, kernels=KernelOptions(attention=kernel)).train(training)
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "left-to-right"])
+def test_each_attention_kernel_with_the_padding_mask(cuda, kernel, training, causal):
+    """Every attention implementation, with dropout and without, bidirectional and left-to-right
+    (the LTR ablation: causal mask, last-token pooling)."""
+    model = cuda.model(BertModel, kernels=KernelOptions(attention=kernel), is_decoder=causal).train(training)
     out = model(cuda.ids(), attention_mask=cuda.padding([8, 5], 8))
-    assert out.last_hidden_state.device == cuda.device
+    assert out.last_hidden_state.device == cuda.device and out.pooler_output.device == cuda.device
+    if causal:  # no mask: SDPA's is_causal path, the pooled last token from a full-length index
+        assert model(cuda.ids()).pooler_output.device == cuda.device
 
 
 def test_kernel_level_attention_and_causal_mask(cuda):
