@@ -46,6 +46,25 @@ def test_auto_layout_on_cuda_is_padded_sdpa(cuda):
     assert type(layout).__name__ == "Padded" and layout.mask.device == cuda.device
 
 
+def test_auto_attention_is_sdpa_on_cuda_in_training_too(cuda, monkeypatch):
+    """On the CPU "auto" writes attention out when training with dropout (SDPA's math path is slow
+    there); on CUDA it is always SDPA, handed the padding mask (flash / memory-efficient kernels)."""
+    import importlib
+    attention_module = importlib.import_module("bertkit.kernels.attention")  # the package exports a function of that name
+    masks = []
+    sdpa = attention_module.F.scaled_dot_product_attention
+
+    def recorded(q, k, v, attn_mask=None, **kw):
+        masks.append(attn_mask)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recorded)
+    model = cuda.model(BertModel, attention_probs_dropout_prob=0.1).train()
+    model(cuda.ids(), attention_mask=cuda.padding([8, 5], 8))
+    assert len(masks) == model.config.num_hidden_layers
+    assert all(m is not None and m.device == cuda.device and m.dtype == torch.bool for m in masks)
+
+
 @needs_real_values
 def test_unpadded_path_when_asked(cuda):
     """unpad="always" still packs on CUDA (nonzero of the mask: real values needed)."""
