@@ -58,6 +58,10 @@ def test_auto_attention_is_sdpa_on_cuda_in_training_too(cuda, monkeypatch):
         masks.append(attn_mask)
         return sdpa(q, k, v, attn_mask=attn_mask, **kw)
 
+    q = torch.empty(2, 2, 8, 16, device=cuda.device, requires_grad=True)
+    with torch.enable_grad():  # the decision a training step makes (faked: no op is recorded)
+        assert not attention_module.explicit_attention_pays(q, 0.1)
+        assert not attention_module.explicit_attention_pays(q.detach().bfloat16().requires_grad_(), 0.0)
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", recorded)
     model = cuda.model(BertModel, attention_probs_dropout_prob=0.1).train()
     model(cuda.ids(), attention_mask=cuda.padding([8, 5], 8))
