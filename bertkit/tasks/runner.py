@@ -101,6 +101,20 @@ def split_dev(examples: Examples, dev_fraction: float, seed: int = 0) -> tuple[E
     return train, dev
 
 
+def refuse_one_class_split(train: Examples, whole: Examples, dev_fraction: float) -> None:
+    """A classifier's training part of a --dev-fraction split needs two labels, as a one-class
+    training file is refused when read (classes are text labels; regression's are numbers)."""
+    def classes(examples):
+        return {e.label for e in examples if isinstance(getattr(e, "label", None), str)}
+
+    left = classes(train)
+    if len(classes(whole)) >= 2 and len(left) < 2:
+        shown = f"every one labelled {next(iter(left))!r}" if left else "none of them labelled"
+        raise BertkitError(f"--dev-fraction {dev_fraction:g} leaves {counted(len(train), 'training example')}, "
+                           f"{shown}: a classifier needs at least two labels to train on; hold out less or give "
+                           "a --dev-file", path=getattr(whole, "path", None))
+
+
 def with_dev(splits: Splits, settings: RunSettings) -> Splits:
     """The dev split: the task's, else --dev-fraction of train, else none (and then --dev-fraction
     must not be given with a dev file: one or the other)."""
@@ -112,6 +126,7 @@ def with_dev(splits: Splits, settings: RunSettings) -> Splits:
     if not settings.dev_fraction:
         return splits
     train, dev = split_dev(splits.train, settings.dev_fraction, settings.split_seed)
+    refuse_one_class_split(train, splits.train, settings.dev_fraction)
     details = {**splits.details, "dev_fraction": settings.dev_fraction, "split_seed": settings.split_seed}
     return dataclasses.replace(splits, train=train, dev=dev, details=details)
 

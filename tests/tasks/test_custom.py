@@ -552,3 +552,18 @@ def test_quoting_csv_reads_a_tsv_with_quoted_tabs(base_model, tmp_path, capsys):
                  "--quoting", "csv", "--output", str(tmp_path / "quoted"), *TINY]) == 0
     results = json.loads((tmp_path / "quoted" / "results.json").read_text())
     assert results["labels"] == ["negative", "positive"]
+
+
+def test_a_dev_fraction_split_that_leaves_one_class_to_train_on_is_refused(base_model, tmp_path, capsys):
+    train = _csv(tmp_path / "two.csv", ["text", "label"], [("a wonderful film", "positive"), ("I hated it", "negative")])
+    code = main(["finetune", "text-classification", "--model", str(base_model), "--train-file", str(train),
+                 "--dev-fraction", "0.5", "--output", str(tmp_path / "out"), *TINY])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and err.startswith(f"error: {train}: --dev-fraction 0.5 leaves 1 training "
+                                                            "example, every one labelled ")
+    assert "a classifier needs at least two labels" in err and not (tmp_path / "out").exists()
+    # Enough rows of each class: the same fraction splits (and trains: tests/tasks/test_runner.py).
+    from bertkit.tasks.runner import refuse_one_class_split, split_dev
+
+    more = read_text_file(_csv(tmp_path / "more.csv", ["text", "label"], _reviews(12)), "text", "label")
+    refuse_one_class_split(split_dev(more, 0.5)[0], more, 0.5)
