@@ -182,3 +182,17 @@ def test_search_memory_is_bounded_by_the_chunks():
     assert result.returncode == 0, result.stderr
     grown_mb = int(result.stdout.strip().splitlines()[-1])
     assert grown_mb < 250, f"the search grew the peak memory by {grown_mb} MB"
+
+
+def test_n_tuple_rows_short_of_negatives_are_left_out_triplets_keep_what_was_found():
+    problem = mining_problem(["a", "b"], ["pa", "pb"], corpus=["x", "y", "z"])
+    scores = np.array([[0.9, 0.8, 0.7], [0.9, 0.8, 0.7]])
+    indices = np.array([[0, 1, 2], [0, 1, 2]])
+    mined = choose_negatives(problem, scores, indices, [[0.85], [0.75]], MiningOptions(num_negatives=2,
+                                                                                        absolute_margin=0.0))
+    assert mined.negatives == [[1, 2], [2]]  # x (0.9) scores above a's positive, x and y above b's
+    assert training_rows(mined) == ([0], [["a", "pa", "y", "z"]])
+    assert training_rows(mined, "triplet") == ([0, 0, 1], [["a", "pa", "y"], ["a", "pa", "z"], ["b", "pb", "z"]])
+    three = choose_negatives(problem, scores, indices, [[0.85], [0.75]], MiningOptions(num_negatives=3,
+                                                                                        absolute_margin=0.0))
+    assert training_rows(three) == ([], [])  # no row found 3: none has the file's negative_3 column

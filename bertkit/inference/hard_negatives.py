@@ -117,6 +117,7 @@ class MinedNegatives:
     scores: list[list[float]]
     positive_scores: list[list[float]]  # per query, its positives' scores (problem.positives' order)
     dropped: dict[str, int]  # candidates dropped, by rule
+    num_negatives: int = 3  # how many were asked for
 
 
 def choose_negatives(problem: MiningProblem, candidate_scores: np.ndarray, candidate_indices: np.ndarray,
@@ -155,7 +156,8 @@ def choose_negatives(problem: MiningProblem, candidate_scores: np.ndarray, candi
         chosen = window[:options.num_negatives]
         negatives.append([index for _, index in chosen])
         scores.append([score for score, _ in chosen])
-    return MinedNegatives(problem, negatives, scores, [list(s) for s in positive_scores], dropped)
+    return MinedNegatives(problem, negatives, scores, [list(s) for s in positive_scores], dropped,
+                          options.num_negatives)
 
 
 def mine_hard_negatives(anchors: Sequence[str], positives: Sequence[str], embed: Callable[[list[str], str], np.ndarray],
@@ -202,7 +204,6 @@ def training_rows(mined: MinedNegatives, output_format: str = "n-tuple") -> tupl
     """(the input rows kept, their text rows): (anchor, positive, negative_1..N) per input row that
     got num_negatives negatives, or one (anchor, positive, negative) per negative."""
     problem = mined.problem
-    wanted = max((len(n) for n in mined.negatives), default=0)
     kept, rows = [], []
     for row, (q, p) in enumerate(zip(problem.row_query, problem.row_positive)):
         texts = [problem.corpus[i] for i in mined.negatives[q]]
@@ -210,7 +211,7 @@ def training_rows(mined: MinedNegatives, output_format: str = "n-tuple") -> tupl
         if output_format == "triplet":
             rows.extend([*head, negative] for negative in texts)
             kept.extend([row] * len(texts))
-        elif len(texts) == wanted and texts:
+        elif len(texts) == mined.num_negatives:
             rows.append([*head, *texts])
             kept.append(row)
     return kept, rows
@@ -357,6 +358,10 @@ def run_from_args(args) -> int:
 
     mined = mine_hard_negatives(anchors, positives, embed, corpus, options, rescore)
     kept, rows = training_rows(mined, args.output_format)
+    if not rows:  # refused before anything is written: an empty training file helps nobody
+        found = summary(mined, kept, len(anchors), args.output_format, options)
+        raise BertkitError(f"no row found {options.num_negatives} negatives ({found}): raise --range-max, lower "
+                           "--num-negatives or loosen --margin / --max-score", path=args.train_file)
     names = list(columns) + (["negative"] if args.output_format == "triplet"
                              else [f"negative_{i + 1}" for i in range(options.num_negatives)])
     write_training_file(args.output, fmt, names, rows)
