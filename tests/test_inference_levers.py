@@ -92,6 +92,28 @@ def test_pack_is_remade_when_the_weights_change(mode):
     assert float((ours[real] - ref[real]).abs().max()) <= 1e-5
 
 
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("mode", MODES)
+def test_pack_is_remade_after_an_optimizer_step(mode, fused):
+    """Dev scored mid-training: torch's fused AdamW updates weights without bumping their versions,
+    so an inference after a step must not reuse the pack of the weights before it."""
+    model = small_model(kernels.options.replace(packed_weights=mode))
+    plain = small_model(kernels.options.replace(packed_weights="none"))
+    batch = padded_batch([20, 9, 33])
+    real = batch["attention_mask"].bool()
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2, fused=fused, foreach=None if fused else True)
+                  for m in (model, plain)]
+    with torch.no_grad():
+        before = model(**batch).last_hidden_state  # packs the first weights
+    for m, optimizer in zip((model, plain), optimizers):  # a step without dropout: the same step for both
+        m(**batch).last_hidden_state.sum().backward()
+        optimizer.step()
+    with torch.no_grad():
+        ours, ref = model(**batch).last_hidden_state, plain(**batch).last_hidden_state
+    assert float((ours[real] - before[real]).abs().max()) > 1e-3  # the step moved the outputs...
+    assert float((ours[real] - ref[real]).abs().max()) <= 1e-4  # ... to the unpacked model's
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_gradients_take_the_usual_route(mode):
     model = small_model(kernels.options.replace(packed_weights=mode))

@@ -18,8 +18,10 @@ whose weights do not change between calls can have that done once:
   operands, fp32 accumulation.
 
 The pack belongs to the module that owns the weight (kept beside it, freed with it) and is remade
-when the weight changes (an in-place update bumps its version): a second copy of the weights in
-memory. It applies without gradients to fp32 CPU tensors outside tracing and autocast, and ("onednn")
+when the weight changes: an in-place update bumps its version, and every optimizer step counts as a
+change (torch's fused AdamW updates the weights without bumping their versions, so a model scored on
+dev mid-training would otherwise keep scoring its first evaluation's weights). A second copy of the
+weights in memory. It applies without gradients to fp32 CPU tensors outside tracing and autocast, and ("onednn")
 under CPU bf16 autocast where the CPU has bf16; everywhere else the usual route runs.
 """
 
@@ -29,12 +31,22 @@ import weakref
 
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..device import cpu_features
 from .options import KernelOptions, exporting
 
 
 _PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> {mode: (key, pack, weight, bias)}
+_optimizer_steps = 0  # every torch optimizer's steps in this process: a pack made before one is stale
+
+
+def _count_step(optimizer, args, kwargs) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_step)
 
 
 def has_pack(module: torch.nn.Module) -> bool:
@@ -78,7 +90,7 @@ def packed_weights(holder: torch.nn.Module, mode: str, weights: tuple[torch.Tens
                    biases: tuple[torch.Tensor | None, ...], dtype: torch.dtype = torch.float32):
     """(pack, weight, bias) for these weights (concatenated when several: query, key and value) in
     `dtype`, made once per mode and dtype and kept on `holder` until a weight changes."""
-    key = (tuple((w.data_ptr(), w._version) for w in weights),
+    key = (_optimizer_steps, tuple((w.data_ptr(), w._version) for w in weights),
            tuple(None if b is None else (b.data_ptr(), b._version) for b in biases))
     # One pack per mode (a model switched between modes keeps both), held beside the module rather
     # than on it: never in a state dict, and copy.deepcopy / pickling of a model that has run never
