@@ -66,7 +66,7 @@ def test_a_large_vocabulary_halves_the_budget_recipes_batch_and_says_why():
 @pytest.mark.parametrize("preset", ["tiny", "mini"])
 def test_the_rule_per_vocabulary_size_is_one_bound_per_model(preset):
     """Below the bound the measured recipe's batch, from it on half; the bound is where a step costs
-    1.5x the measured one's, and the README states BERT-TINY's."""
+    1.5x the measured one's, and docs/pre-training.md states BERT-TINY's."""
     from pathlib import Path
 
     from bertkit.pretraining.recipe import COSTLIER_STEP, batch_halving_vocab_size
@@ -84,5 +84,5 @@ def test_the_rule_per_vocabulary_size_is_one_bound_per_model(preset):
     # vocabulary piece; (461,312 + 20 V) / (461,312 + 20 x 8,192) >= 1.5 from V = 23,820.8.
     if preset == "tiny":
         assert bound == 23_821
-        readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-        assert f"{bound:,} pieces" in readme
+        guide = (Path(__file__).resolve().parents[2] / "docs" / "pre-training.md").read_text(encoding="utf-8")
+        assert f"{bound:,} pieces" in guide
