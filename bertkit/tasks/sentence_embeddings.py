@@ -282,6 +282,24 @@ class SeededRows(NoDuplicatesSource):
 
 # ---------------------------------------------------------------- dev scoring
 
+# How dev is scored: (the metric that selects, results.json's "selection").
+EVALUATORS = {"sts": ("spearman", "best dev Spearman correlation of cosine with the score"),
+              "retrieval": ("ndcg@10", "best dev nDCG@10 (retrieval: dev anchors against dev positives and negatives)"),
+              "mse": ("negative_mse", "best dev negative mean squared error to the teacher's embeddings")}
+
+
+def dev_evaluator(rows: Sequence[TextRow], teacher: bool) -> str:
+    """By the dev rows' shape, whatever the loss (an MNRL model is often scored on STS pairs): two texts
+    and a score -> "sts"; an anchor and candidates -> "retrieval"; one text (and a teacher) -> "mse"."""
+    width, label = len(rows[0].texts), rows[0].label
+    if width == 2 and isinstance(label, float):
+        return "sts"
+    if width >= 2:
+        return "retrieval"
+    if teacher:
+        return "mse"
+    raise BertkitError("one text column and no teacher: nothing to score dev on", path=getattr(rows, "path", None))
+
 
 def sts_evaluation(vectors: list[torch.Tensor], rows: Sequence[TextRow]) -> dict:
     """Pearson and Spearman of cos(text, pair) with the gold scores (EmbeddingSimilarityEvaluator)."""
@@ -330,7 +348,9 @@ class SentenceEmbeddingTask(Task):
         self.label = Path(train_file).stem
         self.HEAD = SentenceEmbeddingModel.builder(loss, pooling, max_seq_length)
         self.columns: list[str] = []
-        self.metric, self.selection = "ndcg@10", "best dev nDCG@10 (retrieval: dev anchors against dev positives)"
+        self.evaluator = "retrieval"
+        self.metric, self.selection = EVALUATORS[self.evaluator]
+        self._teacher, self._dev_teacher = None, {}  # the loaded teacher; its dev embeddings by split
 
     def read(self, skip_bad_rows: bool) -> Splits:
         train, self.columns = read_embedding_file(self.files["train"], skip_bad_rows, self.file_format)
@@ -340,21 +360,16 @@ class SentenceEmbeddingTask(Task):
             log.warning(f"{self.spec.name} does not use the score column; the texts are ranked by in-batch negatives")
         dev = None
         if self.files["dev"] is not None:
-            dev, dev_columns = read_embedding_file(self.files["dev"], skip_bad_rows, self.file_format)
-            if len(dev_columns) != len(self.columns) or (dev[0].label is not None) != labelled:
-                raise BertkitError(f"the dev file's columns ({', '.join(dev_columns)}) do not match the training "
-                                   f"file's ({', '.join(self.columns)})", path=dev.path, line=1)
-        if self.spec.name in SCORED_LOSSES:
-            self.metric, self.selection = "spearman", "best dev Spearman correlation of cosine with the score"
-        elif len(self.columns) < 2:
-            self.metric, self.selection = "negative_mse", "best dev negative mean squared error to the teacher"
+            dev, _ = read_embedding_file(self.files["dev"], skip_bad_rows, self.file_format)
+        self.evaluator = dev_evaluator(dev or train, self.teacher is not None)
+        self.metric, self.selection = EVALUATORS[self.evaluator]
         return Splits(train, dev, details={
             "train_file": str(self.files["train"]), "dev_file": None if dev is None else str(self.files["dev"]),
             "columns": self.columns, "loss": self.spec.describe(), "pooling": self.pooling,
             **({"teacher": str(self.teacher)} if self.teacher is not None else {})})
 
-    def encode(self, examples, tokenizer, max_seq_length: int) -> list[dict]:
-        C = len(self.columns)
+    def encode(self, examples, tokenizer, max_seq_length: int, labels: bool = True) -> list[dict]:
+        C = len(examples[0].texts)
         flat = tokenizer.encode_batch([t for row in examples for t in row.texts], max_length=max_seq_length,
                                       truncation=True)
         features = []
@@ -363,10 +378,14 @@ class SentenceEmbeddingTask(Task):
             feature = {k: [e[k] for e in encoded] for k in ("input_ids", "token_type_ids", "attention_mask")}
             feature["texts"] = row.texts
             features.append(feature)
-        for feature, label in zip(features, self.labels(examples, max_seq_length)):
+        for feature, label in zip(features, self.labels(examples, max_seq_length) if labels else ()):
             if label is not None:
                 feature["labels"] = label
         return features
+
+    def eval_features(self, examples, tokenizer, max_seq_length: int):
+        """Dev is scored from its texts (predict embeds them); no teacher labels to compute."""
+        return self.encode(examples, tokenizer, max_seq_length, labels=False)
 
     def labels(self, examples, max_seq_length: int) -> list:
         """Each row's label: its score, or the teacher's embeddings (mse) or margins (margin-mse)."""
@@ -380,10 +399,12 @@ class SentenceEmbeddingTask(Task):
 
     def teacher_embeddings(self, examples, max_seq_length: int) -> torch.Tensor:
         """(N, C, D): the teacher's embedding of every text of every row, with its own pooling."""
-        model, tokenizer, pooling, normalize = load_teacher(self.teacher)
+        if self._teacher is None:
+            self._teacher = load_teacher(self.teacher)
+        model, tokenizer, pooling, normalize = self._teacher
         texts = [t for row in examples for t in row.texts]
         vectors = embed(model, tokenizer, texts, pooling.mode, normalize=normalize, max_length=max_seq_length)
-        return vectors.view(len(examples), len(self.columns), -1)
+        return vectors.view(len(examples), len(examples[0].texts), -1)
 
     def teacher_scores(self, examples, max_seq_length: int) -> list[list[float]]:
         """Per row the teacher's score of (query, positive) then of each (query, negative): a cross-encoder
@@ -395,7 +416,7 @@ class SentenceEmbeddingTask(Task):
             queries = [row.texts[0] for row in examples for _ in row.texts[1:]]
             passages = [t for row in examples for t in row.texts[1:]]
             logits = [float(v.view(-1)[0]) for v in engine.logits(queries, passages)]
-            per = len(self.columns) - 1
+            per = len(examples[0].texts) - 1
             return [logits[i * per:(i + 1) * per] for i in range(len(examples))]
         vectors = self.teacher_embeddings(examples, max_seq_length)  # (N, C, D)
         return (vectors[:, :1] * vectors[:, 1:]).sum(-1).tolist()
@@ -406,14 +427,17 @@ class SentenceEmbeddingTask(Task):
         vectors = embed(model.bert, runtime.tokenizer, texts, model.pooling, batch_size=runtime.eval_batch_size,
                         normalize=True, max_length=runtime.max_seq_length,
                         precision=predict_precision(model, runtime.precision))
-        return list(vectors.view(len(examples), len(self.columns), -1).unbind(1))
+        return list(vectors.view(len(examples), len(examples[0].texts), -1).unbind(1))
 
     def score(self, predictions, examples, split: str) -> dict:
-        if self.metric == "spearman":
+        if self.evaluator == "sts":
             return sts_evaluation(predictions, examples)
-        if self.metric == "negative_mse":
-            teacher = self.teacher_embeddings(examples, self.max_seq_length)
-            return {"negative_mse": -float(((predictions[0] - teacher[:, 0]) ** 2).mean())}
+        if self.evaluator == "mse":  # sentence-transformers' MSEEvaluator, as a fraction: higher is better
+            if split not in self._dev_teacher:
+                self._dev_teacher[split] = self.teacher_embeddings(examples, self.max_seq_length)
+            teacher = self._dev_teacher[split]
+            return {"negative_mse": -float(torch.stack([((p - teacher[:, c]) ** 2).mean()
+                                                        for c, p in enumerate(predictions)]).mean())}
         return retrieval_evaluation(predictions, examples)
 
     def evaluate(self, model, examples, features, runtime, split: str):

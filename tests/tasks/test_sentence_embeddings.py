@@ -222,3 +222,26 @@ def test_a_cross_encoder_teacher_scores_each_query_passage_pair(tmp_path):
                              padding=True, return_tensors="pt")
         expected = reference(**pairs).logits.view(3, 2)
     assert torch.allclose(torch.tensor(scores), expected, atol=1e-5)
+
+
+def test_dev_is_scored_by_its_own_shape_an_mnrl_model_on_sts_pairs(tmp_path):
+    """Dev picks the evaluator by its rows, not by the loss: MNRL trained on (query, answer, negative)
+    rows, scored on (sentence1, sentence2, score) pairs by Spearman of the saved model's cosines
+    (sentence-transformers' EmbeddingSimilarityEvaluator), as sentence-transformers computes them."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    from sentence_transformers import SentenceTransformer
+
+    train = write_csv(tmp_path / "codes.csv", ["query", "answer", "negative"], code_rows()[:12])
+    rng = random.Random(1)
+    pairs = [(f"the {a}", f"the {b}", float(rng.randint(0, 5))) for a, b in zip(WORDS[:10], WORDS[5:15])]
+    dev = write_csv(tmp_path / "sts.csv", ["sentence1", "sentence2", "score"], pairs)
+    out = tmp_path / "out"
+    assert main(["finetune", "sentence-embeddings", "--model", str(MODEL_DIR), "--train-file", str(train),
+                 "--dev-file", str(dev), "--output", str(out), "--batch-size", "6", *QUICK]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["selection"].startswith("best dev Spearman")
+    reference = SentenceTransformer(str(out / "model"), device="cpu")
+    a, b = (reference.encode([p[i] for p in pairs], convert_to_tensor=True) for i in (0, 1))
+    cosines = torch.nn.functional.cosine_similarity(a, b).tolist()
+    expected = scipy_stats.spearmanr(cosines, [p[2] for p in pairs]).statistic
+    assert results["metrics"]["spearman"] == pytest.approx(expected, abs=1e-6)
