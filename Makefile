@@ -24,7 +24,7 @@ test-pythons:
 
 demo: setup
 	@if [ -z "$$BERTKIT_DATA" ]; then \
-	  echo "No data: set BERTKIT_DATA (or pass --data-dir) to a folder laid out like shared/data (see README)."; exit 2; fi
+	  echo "No data: set BERTKIT_DATA (or pass --data-dir) to a data folder laid out as docs/quickstart.md describes."; exit 2; fi
 	$(VENV)/bin/bertkit reproduce --budget demo --data-dir "$$BERTKIT_DATA" --output runs/demo
 
 bench: setup

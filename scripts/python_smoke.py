@@ -3,7 +3,7 @@
     python scripts/python_smoke.py            # torch installed: the full set
     python scripts/python_smoke.py --no-torch # torch absent: what runs without it
 
-Full set: the README's Python quickstart (a tiny model saved, loaded, called on the tokenizer's
+Full set: the Python quickstart of docs/quickstart.md, offline (a tiny model saved, loaded, called on the tokenizer's
 batch, and the text-classification pipeline), then the command line a user runs on their own file:
 `bertkit finetune text-classification` (a few steps), `bertkit predict` on new text, and `bertkit
 serve` answering POST /predict with the same labels and scores as predict. Without torch: every
@@ -79,7 +79,7 @@ def torch_free_checks(folder: Path) -> None:
 
 
 def quickstart(folder: Path) -> None:
-    """The README's Python quickstart: a tiny model saved and loaded, the tokenizer's batch, a pipeline."""
+    """docs/quickstart.md's Python use, offline: a tiny model saved and loaded, the tokenizer's batch, a pipeline."""
     import torch
 
     import bertkit
