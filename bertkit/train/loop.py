@@ -14,6 +14,7 @@ decisions (stop, re-plan, where a phase ends) are the `BudgetPlanner`'s, consult
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -46,6 +47,11 @@ log = logging.getLogger("bertkit")
 
 # What marks a folder as holding a run (refused without resume / overwrite).
 RUN_MARKERS = ("metrics.jsonl", "train_summary.json", "model.safetensors")
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class BatchSource(Protocol):
@@ -203,6 +209,9 @@ class Trainer:
         args = self.args
         if self.world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            # Torn down before the interpreter: left to its shutdown, gloo's threads are destroyed while
+            # still joinable and a rank aborts (SIGABRT) after finishing its work.
+            atexit.register(_destroy_process_group)
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device)
         self.prepare_output()
