@@ -51,7 +51,7 @@ def machine_description() -> dict:
             flags = set(value.split())
             info["isa"] = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni"})
     from bertkit.device import bf16_supported, cpu_features
-    from bertkit.kernels import options
+    from bertkit.kernels import PROCESS_DEFAULT as options
 
     features = cpu_features()
     info["bf16_supported"] = bf16_supported(torch.device("cpu"))

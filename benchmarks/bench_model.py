@@ -148,7 +148,7 @@ def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
     batch = C.pretraining_batch(config, PRETRAIN_PLAN[size][0], 128)
 
     def step(changes):
-        options = kernels.options.replace(**changes)
+        options = kernels.PROCESS_DEFAULT.replace(**changes)
 
         def run():
             trained.hold_kernels(options)  # the same model and optimizer, built with these options
@@ -180,7 +180,7 @@ def lever_case(size: str, precision: str, quick: bool, log=print) -> list[dict]:
 
     def infer(changes, data):
         position = [0]
-        options = kernels.options.replace(**changes)
+        options = kernels.PROCESS_DEFAULT.replace(**changes)
 
         def run():
             encoder.hold_kernels(options)

@@ -138,7 +138,7 @@ def finetune(args, model: str, out: Path, log: list) -> dict:
     if not (ner / "results.json").is_file():
         run(bertkit_cli("finetune", "ner", "--model", model, "--data-dir", args.data_dir, "--output", str(ner),
                         "--learning-rate", str(args.ner_lr), "--epochs", "1", "--batch-size", "16", "--seed",
-                        str(args.seed), "--max-train-sentences", str(args.ner_train), "--precision", args.precision,
+                        str(args.seed), "--max-train-examples", str(args.ner_train), "--precision", args.precision,
                         "--overwrite"), log)
     ner_doc = json.loads((ner / "results.json").read_text())
     dev = ner_doc["best"]["dev"]

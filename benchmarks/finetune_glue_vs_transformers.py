@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bertkit.metrics.glue import compute_glue_metrics, task_score  # noqa: E402
-from bertkit.tasks.common import subsample  # noqa: E402
+from bertkit.tasks.examples import subsample  # noqa: E402
 from bertkit.tasks.glue import glue_task, label_id, load_glue_task  # noqa: E402
 
 

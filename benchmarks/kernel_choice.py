@@ -75,7 +75,7 @@ def training_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
     opt_ours, opt_theirs = C.bertkit_optimizer(ours), C.transformers_optimizer(theirs)
 
     def ours_with(changes):
-        options = kernels.options.replace(**changes)
+        options = kernels.PROCESS_DEFAULT.replace(**changes)
 
         def step():
             ours.hold_kernels(options)  # the same model and optimizer, built with these options
@@ -102,7 +102,7 @@ def inference_rows(size: str, rounds: int, log=print, names=None) -> list[dict]:
 
     def run(model, changes=None):
         position = [0]
-        options = kernels.options.replace(**(changes or {}))
+        options = kernels.PROCESS_DEFAULT.replace(**(changes or {}))
 
         def step():
             if hasattr(model, "hold_kernels"):  # bertkit's model; transformers' has no options

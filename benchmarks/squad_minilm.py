@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bertkit.tasks.common import subsample  # noqa: E402
+from bertkit.tasks.examples import subsample  # noqa: E402
 from bertkit.tasks.squad import finetune_squad, predict_squad, read_squad, score_predictions  # noqa: E402
 
 

@@ -261,8 +261,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32", help="array formats only")
     parser.add_argument("--max-seq-length", type=flags.int_between(3), default=128)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=32,
-                        help="sequences per forward pass (default 32; --batch-size: the old spelling, deprecated)")
-    flags.add_deprecated_alias(parser, "--batch-size", "--eval-batch-size", type=flags.positive_int)
+                        help="sequences per forward pass (default 32)")
     parser.add_argument("--device", default="auto", type=flags.device)
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="fp32")
     parser.add_argument("--overwrite", action="store_true", help="replace existing output files")

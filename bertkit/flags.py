@@ -8,7 +8,6 @@ item the same way.
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import re
 from typing import Callable
@@ -131,20 +130,6 @@ def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
 
     parse.__name__ = f"{item.__name__}_list"
     return parse
-
-
-def add_deprecated_alias(parser, old: str, new: str, **kwargs) -> None:
-    """`old`, a flag's former spelling, still accepted for one release: it sets `new`'s value and
-    says once, on stderr, which flag to use instead. Hidden from --help (the new flag's help names it)."""
-
-    class Deprecated(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None):
-            logging.getLogger("bertkit").warning(f"{option_string} is deprecated and will be removed in the next "
-                                                 f"release: use {new}")
-            setattr(namespace, self.dest, values)
-
-    dest = new.lstrip("-").replace("-", "_")
-    parser.add_argument(old, dest=dest, action=Deprecated, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
 
 
 # ---------------------------------------------------------------- wall-clock budgets

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from bertkit.cli import COMMANDS, build_parser, main
+from bertkit.errors import BertkitError
 from bertkit.tasks.registry import TASKS
 
 
@@ -30,16 +31,17 @@ def test_every_task_of_the_table_has_its_commands(capsys):
                 assert name in listed, (verb, name)
 
 
-def test_renamed_flags_keep_their_old_spelling_with_a_deprecation_note(capsys):
-    assert main(["finetune", "ner", "--help"]) == 0
-    text = " ".join(capsys.readouterr().out.split())
-    assert "--max-train-examples MAX_TRAIN_EXAMPLES, --max-train-sentences MAX_TRAIN_EXAMPLES" in text
-    assert "--max-train-sentences: the old spelling, deprecated" in text
-    args = build_parser().parse_args(["finetune", "ner", "--model", "m", "--output", "o", "--max-train-sentences", "5",
-                                      "--max-eval-sentences", "7"])
-    assert args.max_train_examples == 5 and args.max_eval_examples == 7
-    args = build_parser().parse_args(["pretrain", "--data", "d", "--output", "o", "--max-steps", "1"])
-    assert args.train_data == "d"
+@pytest.mark.parametrize("argv, old", [
+    (["finetune", "ner", "--model", "m", "--output", "o", "--max-train-sentences", "5"], "--max-train-sentences"),
+    (["finetune", "squad", "--model", "m", "--output", "o", "--train-file", "t", "--max-dev-examples", "5"],
+     "--max-dev-examples"),
+    (["predict", "squad", "--model", "m", "--output", "o", "--input", "i", "--data-file", "d"], "--data-file"),
+    (["pretrain", "--train-data", "t", "--data", "d", "--output", "o", "--max-steps", "1"], "--data"),
+])
+def test_the_old_spellings_of_renamed_flags_are_gone(argv, old):
+    """bertkit was never released: a renamed flag has one spelling."""
+    with pytest.raises(BertkitError, match=f"unrecognized arguments: {old} "):
+        build_parser().parse_args(argv)
 
 
 def test_tokenize_reads_stdin_lines(uncased_vocab):

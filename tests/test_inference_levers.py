@@ -66,7 +66,7 @@ def test_mkl_pack_serves_every_row_count(inputs, outputs):
 @pytest.mark.parametrize("onednn_linear", ["never", "inference"])
 def test_packed_model_matches_the_plain_path(mode, onednn_linear):
     """Unpadded and padded batches, fused QKV and GELU: within 1e-5 of the same model unpacked."""
-    base = kernels.options.replace(onednn_linear=onednn_linear, unpad="auto", unpad_multiple=8, packed_weights="none")
+    base = kernels.PROCESS_DEFAULT.replace(onednn_linear=onednn_linear, unpad="auto", unpad_multiple=8, packed_weights="none")
     model = small_model(base)
     batches = [padded_batch([40, 3, 17, 29, 1, 40, 8]), padded_batch([12, 12, 12])]
     with torch.no_grad():
@@ -81,8 +81,8 @@ def test_packed_model_matches_the_plain_path(mode, onednn_linear):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_pack_is_remade_when_the_weights_change(mode):
-    model = small_model(kernels.options.replace(packed_weights=mode))
-    other = small_model(kernels.options, seed=1)
+    model = small_model(kernels.PROCESS_DEFAULT.replace(packed_weights=mode))
+    other = small_model(kernels.PROCESS_DEFAULT, seed=1)
     batch = padded_batch([20, 9, 33])
     real = batch["attention_mask"].bool()
     with torch.no_grad():
@@ -97,8 +97,8 @@ def test_pack_is_remade_when_the_weights_change(mode):
 def test_pack_is_remade_after_an_optimizer_step(mode, fused):
     """Dev scored mid-training: torch's fused AdamW updates weights without bumping their versions,
     so an inference after a step must not reuse the pack of the weights before it."""
-    model = small_model(kernels.options.replace(packed_weights=mode))
-    plain = small_model(kernels.options.replace(packed_weights="none"))
+    model = small_model(kernels.PROCESS_DEFAULT.replace(packed_weights=mode))
+    plain = small_model(kernels.PROCESS_DEFAULT.replace(packed_weights="none"))
     batch = padded_batch([20, 9, 33])
     real = batch["attention_mask"].bool()
     optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-2, fused=fused, foreach=None if fused else True)
@@ -116,7 +116,7 @@ def test_pack_is_remade_after_an_optimizer_step(mode, fused):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_gradients_take_the_usual_route(mode):
-    model = small_model(kernels.options.replace(packed_weights=mode))
+    model = small_model(kernels.PROCESS_DEFAULT.replace(packed_weights=mode))
     batch = padded_batch([20, 9, 33])
     model(**batch).last_hidden_state.sum().backward()
     assert model.encoder.layer[0].intermediate.dense.weight.grad is not None
@@ -127,7 +127,7 @@ def test_gradients_take_the_usual_route(mode):
 def test_a_model_that_has_run_packed_copies_and_pickles(mode, tmp_path):
     """The packs (oneDNN's are opaque tensors without storage) are kept beside the module, so
     deepcopy and torch.save of a model that has run copy its parameters and nothing else."""
-    model = small_model(kernels.options.replace(packed_weights=mode))
+    model = small_model(kernels.PROCESS_DEFAULT.replace(packed_weights=mode))
     batch = padded_batch([20, 9, 33])
     real = batch["attention_mask"].bool()
     with torch.no_grad():
@@ -152,14 +152,14 @@ def test_packed_weights_default_per_cpu_class():
 def test_packed_weights_values_are_checked():
     with pytest.raises(BertkitError, match="packed_weights must be one of none, mkl, onednn"):
         KernelOptions(packed_weights="blas")
-    assert kernels.options.replace(packed_weights="none").packed_weights == "none"
+    assert kernels.PROCESS_DEFAULT.replace(packed_weights="none").packed_weights == "none"
 
 
 @pytest.mark.parametrize("bucket", [1, 16, 64])
 def test_bucketed_attention_matches_per_sequence_attention(bucket):
     """Sequences grouped by rounded length, one masked call per group: within 1e-5 of one call per
     sequence, in inference and in the gradients."""
-    base = kernels.options.replace(unpad="always", unpad_multiple=8)
+    base = kernels.PROCESS_DEFAULT.replace(unpad="always", unpad_multiple=8)
     model = small_model(base)
     batch = padded_batch([40, 3, 17, 29, 1, 40, 8, 18, 33])
     real = batch["attention_mask"].bool()
@@ -188,7 +188,7 @@ bf16_cpu = pytest.mark.skipif(not bertkit.device.cpu_features().bf16 or not kern
 def test_bf16_pack_gives_autocasts_numbers_and_is_made_once():
     """Under bf16 autocast the oneDNN pack holds bf16 weights: the very bits of autocast's own route
     (the same bf16 operands, fp32 sums), packed once beside the fp32 pack, remade when weights change."""
-    model = small_model(kernels.options.replace(unpad="auto", unpad_multiple=8, packed_weights="none"))
+    model = small_model(kernels.PROCESS_DEFAULT.replace(unpad="auto", unpad_multiple=8, packed_weights="none"))
     batch = padded_batch([9, 17, 30])
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         reference = model(**batch).last_hidden_state
@@ -210,7 +210,7 @@ def test_bf16_pack_gives_autocasts_numbers_and_is_made_once():
 def test_no_bf16_pack_where_autocast_is_not_bf16_inference():
     """The pack route stays out of bf16 autocast with gradients, of fp16 autocast, and of the MKL mode."""
     x = torch.randn(4, 8)
-    onednn = kernels.options.replace(packed_weights="onednn")
+    onednn = kernels.PROCESS_DEFAULT.replace(packed_weights="onednn")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert kernels.packed.packed_dtype(x, onednn) is None  # gradients enabled
         with torch.no_grad():

@@ -107,7 +107,7 @@ def test_quantised_encoder_is_close_to_fp32_and_keeps_unpadding():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=128, max_position_embeddings=64)
-    model = BertModel(config, kernels=kernels.options.replace(unpad="always", unpad_multiple=1)).eval()
+    model = BertModel(config, kernels=kernels.PROCESS_DEFAULT.replace(unpad="always", unpad_multiple=1)).eval()
     quantized = quantize_int8(copy.deepcopy(model))
     layers = {name: m for name, m in quantized.encoder.named_modules() if isinstance(m, Int8Linear)}
     assert len(layers) == 2 * 4  # query-key-value (one), attention output, intermediate, output per layer

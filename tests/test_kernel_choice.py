@@ -1,18 +1,13 @@
 """The per-CPU-class kernel rule: which class a CPU falls in (flags, vendor, ONEDNN_MAX_CPU_ISA caps),
 the fp32 Linear each class gets by default, and the "inference" mode (oneDNN only without gradients)."""
 
-import importlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from bertkit import device, kernels
 from bertkit.device import CpuFeatures
-from bertkit.kernels import speed_options
-
-# The module (bertkit.kernels.options also names the process's default KernelOptions value).
-options_module = importlib.import_module("bertkit.kernels.options")
+from bertkit.kernels import options as options_module, speed_options
 
 INTEL_AVX512 = ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}, "intel")
 AMD_ZEN4 = ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"}, "amd")
@@ -56,7 +51,7 @@ def test_default_fp32_linear_per_class(monkeypatch, info, cap, linear):
     features = features_of(monkeypatch, info, cap)
     assert options_module.default_onednn_linear(features) == linear
     monkeypatch.setattr(options_module, "cpu_features", lambda: features)
-    assert options_module.SpeedOptions().onednn_linear == linear  # what a fresh process would pick
+    assert options_module.KernelOptions().onednn_linear == linear  # what a fresh process would pick
 
 
 def test_an_unmeasured_class_gets_the_stock_linear(monkeypatch):
@@ -68,7 +63,7 @@ def test_an_unmeasured_class_gets_the_stock_linear(monkeypatch):
 def test_inference_mode_runs_onednn_only_without_gradients():
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(9, 16, generator=g), torch.randn(12, 16, generator=g), torch.randn(12, generator=g)
-    inference = kernels.options.replace(onednn_linear="inference")
+    inference = kernels.PROCESS_DEFAULT.replace(onednn_linear="inference")
     with torch.no_grad(), torch.profiler.profile() as profile:
         y = kernels.linear(x, w, b, inference)
         fused = kernels.linear_gelu(x, w, b, inference)

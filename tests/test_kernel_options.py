@@ -11,7 +11,7 @@ from bertkit import BertConfig, kernels
 from bertkit.heads import load_model
 from bertkit.kernels import KernelOptions
 
-PACKED = kernels.options.replace(unpad="always", unpad_multiple=1, attention="explicit")
+PACKED = kernels.PROCESS_DEFAULT.replace(unpad="always", unpad_multiple=1, attention="explicit")
 PLAIN = KernelOptions.plain()
 
 
@@ -63,7 +63,7 @@ def test_each_model_runs_its_own_options_side_by_side_in_threads():
         thread.join()
     assert not failures, failures
     torch.testing.assert_close(outputs["packed"][real], outputs["plain"][real], rtol=1e-4, atol=1e-5)
-    assert kernels.default_options() == kernels.options  # running them changed no default
+    assert kernels.default_options() == kernels.PROCESS_DEFAULT  # running them changed no default
 
 
 def test_asking_for_sdpa_runs_sdpa():
@@ -85,8 +85,8 @@ def test_eager_padded_agrees_with_the_default_packed_model():
     """model.py's written-out formula on the padded batch (no unpadding) against the default kernels
     on the packed one (what test_model_parity's eager check means by "padded")."""
     torch.manual_seed(0)
-    fast = bertkit.BertModel(tiny_config(), kernels=kernels.options.replace(unpad="always")).eval()
-    eager = bertkit.BertModel(tiny_config(), kernels=kernels.options.replace(unpad="never", attention="eager")).eval()
+    fast = bertkit.BertModel(tiny_config(), kernels=kernels.PROCESS_DEFAULT.replace(unpad="always")).eval()
+    eager = bertkit.BertModel(tiny_config(), kernels=kernels.PROCESS_DEFAULT.replace(unpad="never", attention="eager")).eval()
     eager.load_state_dict(fast.state_dict())
     batch = batch_of([40, 3, 17, 29, 1, 40, 8])
     real = batch["attention_mask"].bool()
@@ -102,7 +102,7 @@ def test_loaded_models_hold_the_options_asked_for(tmp_path):
     default = load_model(tmp_path)
     eager = bertkit.BertForSequenceClassification.from_pretrained(tmp_path, attn_implementation="eager")
     assert plain.kernels == PLAIN and plain.bert.encoder.layer[0].attention.self.kernels == PLAIN
-    assert default.kernels == kernels.options
-    assert eager.kernels == kernels.options.replace(attention="eager")
+    assert default.kernels == kernels.PROCESS_DEFAULT
+    assert eager.kernels == kernels.PROCESS_DEFAULT.replace(attention="eager")
     default.set_attention_implementation("sdpa")
     assert default.kernels.attention == "sdpa" and plain.kernels == PLAIN  # one model changed, not the other

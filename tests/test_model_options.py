@@ -45,7 +45,7 @@ PATHS = [("sdpa", {"unpad": "never"}), ("sdpa", {"unpad": "always"}),
 
 def path_options(implementation, speed):
     """The kernel options a model on that path holds (the attention implementation is one of them)."""
-    return kernels.options.replace(**{"attention": implementation, **speed})
+    return kernels.PROCESS_DEFAULT.replace(**{"attention": implementation, **speed})
 
 
 @pytest.mark.parametrize("implementation, speed", PATHS)
@@ -98,7 +98,7 @@ def test_attention_maps_in_tuples_and_every_head(tmp_path):
 def test_gradient_checkpointing_gives_the_same_gradients(unpad):
     torch.manual_seed(0)
     model = BertForMaskedLM(tiny(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1),
-                            kernels=kernels.options.replace(unpad=unpad)).train()
+                            kernels=kernels.PROCESS_DEFAULT.replace(unpad=unpad)).train()
     ids, mask = batch()
     labels = ids.masked_fill(torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) > 0.3, -100)
 

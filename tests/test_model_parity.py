@@ -22,7 +22,7 @@ from bertkit.model import BertPreTrainedModel
 # share of the output's scale: on the same GEMMs ~1e-6; through oneDNN's fp32 Linear (the default
 # on AVX-512 CPUs, and its packed weights in inference on AVX2 ones), which sums in another order,
 # ~2e-6 of the scale, up to ~1.1e-5 seen at base width on an AVX2 machine where oneDNN takes its AVX2 kernels.
-ONEDNN_GEMMS = kernels.options.onednn_linear != "never" or kernels.options.packed_weights == "onednn"
+ONEDNN_GEMMS = kernels.PROCESS_DEFAULT.onednn_linear != "never" or kernels.PROCESS_DEFAULT.packed_weights == "onednn"
 FP32_ATOL = 2e-5 if ONEDNN_GEMMS else 1e-5
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 

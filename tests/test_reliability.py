@@ -52,7 +52,7 @@ def glue_argv(tiny, out, *extra):
     ["finetune", "swag", "--train-file", "T", "--model", "M"],
     ["finetune", "ner", "--model", "M"],
     ["finetune", "squad", "--train-file", "T", "--model", "M"],
-    ["predict", "squad", "--data-file", "T", "--model", "M"],
+    ["predict", "squad", "--input", "T", "--model", "M"],
 ])
 def test_finetune_into_a_folder_with_results_refuses_before_any_work(command, tmp_path, capsys):
     out = tmp_path / "run"
@@ -192,7 +192,7 @@ def test_predict_with_a_checkpoint_without_the_span_head(tiny, tmp_path, capsys)
     data.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [
         {"context": "the cat sat on the mat", "qas": [{"id": "q1", "question": "what sat?", "answers": [
             {"text": "the cat", "answer_start": 0}]}]}]}]}))
-    argv = ["predict", "squad", "--data-file", data, "--max-seq-length", "32", "--doc-stride", "8",
+    argv = ["predict", "squad", "--input", data, "--max-seq-length", "32", "--doc-stride", "8",
             "--max-query-length", "8"]
     code, err = run_cli_stderr(argv + ["--model", tiny["model"], "--output", tmp_path / "a"], capsys)
     assert code == 2 and "no task head" in err
@@ -280,7 +280,7 @@ def test_broken_pipe_is_quiet(tiny):
 def test_squad_structure_errors_in_predict(tiny, tmp_path, capsys, paragraphs):
     data = tmp_path / "q.json"
     data.write_text(json.dumps({"data": [{"title": "t", "paragraphs": paragraphs}]}))
-    assert run_cli(["predict", "squad", "--model", tiny["qa"], "--data-file", data, "--output", tmp_path / "o"],
+    assert run_cli(["predict", "squad", "--model", tiny["qa"], "--input", data, "--output", tmp_path / "o"],
                    capsys) == 2
 
 
@@ -408,7 +408,7 @@ class _FullDisk:
 
 
 def _pretrain(data, out, capsys, *extra):
-    return run_cli_stderr(["pretrain", "--data", data, "--output", out, "--max-steps", "6", "--save-steps", "2",
+    return run_cli_stderr(["pretrain", "--train-data", data, "--output", out, "--max-steps", "6", "--save-steps", "2",
                            "--batch-size", "4", "--precision", "fp32", "--device", "cpu", "--no-progress", *extra],
                           capsys)
 

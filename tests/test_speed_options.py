@@ -26,7 +26,7 @@ from bertkit.kernels.options import _from_environment
 
 def options_with(**changes) -> KernelOptions:
     """The process default options with `changes`: what a model built with `kernels=` would hold."""
-    return kernels.options.replace(**changes)
+    return kernels.PROCESS_DEFAULT.replace(**changes)
 
 
 def holding(model, **changes):
@@ -321,7 +321,7 @@ def test_unpadding_decision():
     many[:, 16:] = 0  # 192
     assert kernels.unpadding_for(few) is None
     unpadded = kernels.unpadding_for(many)
-    assert unpadded is not None and unpadded.tokens == 64 and unpadded.tokens % kernels.options.unpad_multiple == 0
+    assert unpadded is not None and unpadded.tokens == 64 and unpadded.tokens % kernels.PROCESS_DEFAULT.unpad_multiple == 0
     assert kernels.unpadding_for(few, options_with(unpad="always", unpad_multiple=1)).tokens == 4 * 56
     assert kernels.unpadding_for(many, options_with(unpad="never")) is None
 
@@ -539,16 +539,14 @@ def test_speed_options_are_values_and_validated():
         KernelOptions(unpad="sometimes")
 
 
-def test_removed_speed_options_are_accepted_and_ignored_for_one_release(monkeypatch, caplog):
-    """grouped_attention and fused_residual (measured ~1.05x and ~1.0x) were removed; old settings
-    still parse, with a warning, and change nothing."""
-    before = dataclasses.asdict(kernels.default_options())
-    with caplog.at_level("WARNING", logger="bertkit"), speed_options(grouped_attention=False,
-                                                                      fused_residual=True) as options:
-        assert dataclasses.asdict(options) == before
-    assert "grouped_attention was removed" in caplog.text and "fused_residual was removed" in caplog.text
-    monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "grouped_attention=0,unpad=never")
-    assert _from_environment().unpad == "never"
+def test_a_removed_speed_option_is_an_unknown_one(monkeypatch):
+    """grouped_attention and fused_residual (measured ~1.05x and ~1.0x) were removed before any release."""
+    with pytest.raises(BertkitError, match="unknown speed option 'grouped_attention'"):
+        with speed_options(grouped_attention=False):
+            pass
+    monkeypatch.setenv("BERTKIT_SPEED_OPTIONS", "fused_residual=1,unpad=never")
+    with pytest.raises(BertkitError, match="unknown speed option 'fused_residual' \\(in BERTKIT_SPEED_OPTIONS\\)"):
+        _from_environment()
 
 
 def test_speed_options_from_the_environment(monkeypatch):
@@ -614,7 +612,7 @@ AVX2_SCRIPT = textwrap.dedent("""
     torch.set_num_threads(1)
     features = cpu_features()
     assert not features.avx512 and not features.bf16, features
-    assert kernels.options.onednn_linear == "never"  # the stock torch Linear without AVX-512
+    assert kernels.PROCESS_DEFAULT.onednn_linear == "never"  # the stock torch Linear without AVX-512
     assert resolve_precision("auto", torch.device("cpu")) == "fp32"
     # The emulation is real: oneDNN has no bf16 inner product here (what crashed on Zen 3).
     x, w = torch.randn(6, 8).bfloat16(), torch.randn(4, 8).bfloat16()
@@ -630,7 +628,7 @@ AVX2_SCRIPT = textwrap.dedent("""
     ids = torch.randint(1, 200, (6, 40))
     mask = (torch.arange(40)[None] < torch.tensor([40, 3, 17, 29, 1, 40])[:, None]).long()
     real = mask.bool()
-    model.hold_kernels(kernels.options.replace(onednn_linear="always", unpad="always"))
+    model.hold_kernels(kernels.PROCESS_DEFAULT.replace(onednn_linear="always", unpad="always"))
     model.eval()
     with torch.no_grad():
         fp32 = model.bert(ids * mask, mask).last_hidden_state

@@ -190,7 +190,7 @@ def test_task_commands_take_an_original_folder(data_dir, tmp_path, capsys):
                "--batch-size", "8", "--learning-rate", "2e-5", "--max-seq-length", "32"])
     assert rc == 0, capsys.readouterr().err
     assert (tmp_path / "rte" / "RTE" / "model" / "model.safetensors").is_file()
-    rc = main(["predict", "squad", "--model", str(SQUAD), "--data-file", str(data_dir / "squad" / "dev-v1.1.json"),
+    rc = main(["predict", "squad", "--model", str(SQUAD), "--input", str(data_dir / "squad" / "dev-v1.1.json"),
                "--max-examples", "8", "--max-seq-length", "32", "--doc-stride", "8", "--max-query-length", "8",
                "--output", str(tmp_path / "squad")])
     assert rc == 0, capsys.readouterr().err

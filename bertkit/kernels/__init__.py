@@ -25,10 +25,9 @@ from .attention import KERNELS as ATTENTION_KERNELS, attention, packed_attention
 from .dropout import Dropout, drop_mask, dropout
 from .layout import Packed, Padded, Unpadded, layout_for, padding_mask, unpadding_for
 from .linear import Linear, _onednn_matmul, linear, linear_act, linear_gelu, onednn_available, project_qkv
-from .options import (PROCESS_DEFAULT, REMOVED_OPTIONS, HoldsKernelOptions, KernelOptions, SpeedOptions,
-                      default_options, exporting, options, speed_options)
+from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, default_options, exporting, speed_options
 
-__all__ = ["KernelOptions", "SpeedOptions", "HoldsKernelOptions", "REMOVED_OPTIONS", "PROCESS_DEFAULT", "options",
+__all__ = ["KernelOptions", "HoldsKernelOptions", "PROCESS_DEFAULT",
            "default_options", "speed_options", "exporting", "linear", "linear_gelu", "linear_act", "Linear",
            "project_qkv", "onednn_available", "drop_mask", "dropout", "Dropout", "attention", "packed_attention",
            "ATTENTION_KERNELS", "Padded", "Packed", "Unpadded", "padding_mask", "layout_for", "unpadding_for",

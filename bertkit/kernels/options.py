@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import logging
 import os
 
 import torch
@@ -23,7 +22,6 @@ import torch
 from ..device import CpuFeatures, cpu_features
 from ..errors import BertkitError
 
-log = logging.getLogger("bertkit")
 
 UNPAD_MODES = ("auto", "always", "never")
 ONEDNN_MODES = ("training", "inference", "always", "never")
@@ -33,9 +31,6 @@ ATTENTION_MODES = ("auto", "sdpa", "explicit", "eager")
 # fp32 inference Linears with their weights packed once for a GEMM library (kernels/packed.py):
 # "mkl" (MKL's packed sgemm), "onednn" (oneDNN's blocked layout, the GELU as a post-op), "none".
 PACKED_WEIGHTS_MODES = ("none", "mkl", "onednn")
-# Options removed after measuring ~1.0x (fused_residual) and ~1.05x (grouped_attention) end to
-# end: still accepted, and ignored, until the next release.
-REMOVED_OPTIONS = ("fused_residual", "grouped_attention")
 
 
 # The fp32 Linear per CPU class (`CpuFeatures.cpu_class`), read off alternated measurements of the
@@ -115,12 +110,8 @@ class KernelOptions:
 
     def replace(self, source: str | None = None, **changes) -> KernelOptions:
         """A copy with `changes` (values may be strings, as in BERTKIT_SPEED_OPTIONS); an unknown
-        option or value is a BertkitError naming `source`; a removed option is ignored with a warning."""
-        values = {}
-        for name, value in changes.items():
-            parsed = _parse(name, value, source)
-            if parsed is not _REMOVED:
-                values[name] = parsed
+        option or value is a BertkitError naming `source`."""
+        values = {name: _parse(name, value, source) for name, value in changes.items()}
         try:
             return dataclasses.replace(self, **values)
         except BertkitError as err:
@@ -135,18 +126,9 @@ class KernelOptions:
                    attention="sdpa", fast_dropout=False, packed_weights="none")
 
 
-SpeedOptions = KernelOptions  # the name before the options were held by the model
-
-
-_REMOVED = object()
-
-
 def _parse(name: str, value, source: str | None):
     fields = {f.name: f.type for f in dataclasses.fields(KernelOptions)}
     where = f" (in {source})" if source else ""
-    if name in REMOVED_OPTIONS:
-        log.warning("speed option %s%s was removed (it bought ~1.0x); it is ignored", name, where)
-        return _REMOVED
     if name not in fields:
         raise BertkitError(f"unknown speed option {name!r}{where}; choose from {', '.join(fields)}")
     if isinstance(value, str):
@@ -173,7 +155,7 @@ def _from_environment() -> KernelOptions:
 
 
 # The process default, fixed at import (a frozen value: nothing can change it while models run).
-PROCESS_DEFAULT = options = _from_environment()
+PROCESS_DEFAULT = _from_environment()
 
 # Only model construction reads this (a `speed_options` block's options for the models built in
 # it); a running model never does.

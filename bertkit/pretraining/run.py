@@ -387,9 +387,8 @@ def finish_output(output: Path, model, restore_dropout: float | None, recipe, de
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--train-data", "--data", dest="train_data", required=True,
-                   help="pre-training data directory (bertkit create-pretraining-data); the held-out one is --eval-data"
-                        " (--data: the old spelling, deprecated; it will be removed in the next release)")
+    p.add_argument("--train-data", dest="train_data", required=True,
+                   help="pre-training data directory (bertkit create-pretraining-data); the held-out one is --eval-data")
     p.add_argument("--output", required=True, help="run directory: model, checkpoints, metrics.jsonl")
     p.add_argument("--time-budget", type=flags.duration,
                    help="wall-clock budget: N seconds, Ns, Nm, Nh or NhNm (e.g. 900, 15m, 1.5h, 1h30m; at most a "

@@ -52,25 +52,16 @@ def check_finetune_output(args) -> None:
     check_output_dir(args.output, overwrite=args.overwrite or resume, kind="fine-tuning results")
 
 
-def deprecated(old: str) -> str:
-    """Help text for a renamed flag's old spelling, accepted for one more release."""
-    return f" ({old}: the old spelling, deprecated; it will be removed in the next release)"
-
-
 def add_data_dir_argument(parser, layout: str) -> None:
     parser.add_argument("--data-dir", default=None, help=f"data folder holding {layout} (default: $BERTKIT_DATA)")
 
 
-def add_max_examples_arguments(parser, train_old: str | None = None, eval_old: str | None = None,
-                               how: str = "a deterministic random subset") -> None:
+def add_max_examples_arguments(parser, how: str = "a deterministic random subset") -> None:
     """--max-train-examples / --max-eval-examples: every task spells its quick-run limits the same way."""
-    parser.add_argument("--max-train-examples", *([train_old] if train_old else []), dest="max_train_examples",
-                        type=flags.positive_int, default=None,
-                        help=f"train on {how} of N examples (quick runs)" + (deprecated(train_old) if train_old else ""))
-    parser.add_argument("--max-eval-examples", *([eval_old] if eval_old else []), dest="max_eval_examples",
-                        type=flags.positive_int, default=None,
-                        help=f"evaluate on {how} of N dev (and test) examples (quick runs)"
-                             + (deprecated(eval_old) if eval_old else ""))
+    parser.add_argument("--max-train-examples", dest="max_train_examples", type=flags.positive_int, default=None,
+                        help=f"train on {how} of N examples (quick runs)")
+    parser.add_argument("--max-eval-examples", dest="max_eval_examples", type=flags.positive_int, default=None,
+                        help=f"evaluate on {how} of N dev (and test) examples (quick runs)")
 
 
 FINETUNE_DROPOUT = 0.1  # the paper's fine-tuning dropout (§A.3: "always kept at 0.1")

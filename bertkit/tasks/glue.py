@@ -10,7 +10,7 @@ The story of the module, top to bottom:
   6. outputs: results.json, dev predictions, GLUE server submission files, the model,
      and for several tasks a table laid out like the paper's Table 1.
 
-The task surface (tasks/common.py): read = `load_glue_task`, featurize = `glue_features`, HEAD =
+The task surface (tasks/task.py): read = `load_glue_task`, featurize = `glue_features`, HEAD =
 BertForSequenceClassification, postprocess = `classification_predictions`, score = `evaluate_glue`,
 finetune = `finetune_glue` -> TaskResult. The sweep protocol, its outputs and flags live in
 `common.py`, shared with `multiple_choice.py`. Task names ("sst2", "MNLI-mm") are the GLUE metrics'

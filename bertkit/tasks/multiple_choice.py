@@ -6,7 +6,7 @@ original set-up and transformers' run_swag: the context is `sent1`, the second s
 a softmax over the endings; the metric is accuracy. Training uses the same sweep protocol as GLUE
 (grid x restarts, best dev accuracy wins); the paper's SWAG settings are lr 2e-5, batch 16, 3 epochs.
 
-The task surface (tasks/common.py): read = `read_swag_file`, featurize = `multiple_choice_features`,
+The task surface (tasks/task.py): read = `read_swag_file`, featurize = `multiple_choice_features`,
 HEAD = BertForMultipleChoice, postprocess = `choices`, score = `accuracy`, finetune =
 `finetune_multiple_choice` -> TaskResult. Benchmarks: the SWAG-format files under
 DATA/multiple-choice/ (`MC_FILES`).

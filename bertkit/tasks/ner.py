@@ -271,7 +271,7 @@ def add_finetune_arguments(parser) -> None:
     case.add_argument("--cased", dest="cased", action="store_true", default=None,
                       help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
-    add_max_examples_arguments(parser, "--max-train-sentences", "--max-eval-sentences", how="the first N sentences")
+    add_max_examples_arguments(parser, how="the first N sentences")
     parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
                         help="micro-batches per optimizer step: each --batch-size must be a multiple of it")
     parser.add_argument("--early-stopping-patience", type=flags.positive_int, default=None,

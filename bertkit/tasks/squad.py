@@ -72,7 +72,7 @@ from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, ev
 from ..outputs import check_output_dir, write_json
 from . import runner
 from .arguments import (MIN_SEQ_LENGTH, add_dropout_argument, add_max_examples_arguments,
-                        add_overwrite_argument, check_finetune_output, deprecated)
+                        add_overwrite_argument, check_finetune_output)
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import subsample
 from .results import PERCENT, TaskResult
@@ -572,7 +572,7 @@ def add_finetune_arguments(parser) -> None:
     parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
     add_dropout_argument(parser)
     parser.add_argument("--seed", type=flags.seed, default=42)
-    add_max_examples_arguments(parser, eval_old="--max-dev-examples", how="a seeded random sample")
+    add_max_examples_arguments(parser, how="a seeded random sample")
     parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
                         help="train on this fraction of the training file's articles; evaluate only on dev "
                              "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
@@ -606,13 +606,11 @@ def run_finetune(args) -> int:
 
 def add_predict_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
-    parser.add_argument("--input", "--data-file", dest="input", required=True,
-                        help="SQuAD JSON to answer" + deprecated("--data-file"))
+    parser.add_argument("--input", required=True, help="SQuAD JSON to answer")
     parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
     add_overwrite_argument(parser)
     parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64,
-                        help="windows per forward pass (default 64; --batch-size: the old spelling, deprecated)")
-    flags.add_deprecated_alias(parser, "--batch-size", "--eval-batch-size", type=flags.positive_int)
+                        help="windows per forward pass (default 64)")
     parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
     parser.add_argument("--allow-missing-weights", action="store_true",
                         help="predict even with a model that has no span head (its answers are random)")

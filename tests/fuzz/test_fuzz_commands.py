@@ -117,7 +117,7 @@ def test_create_pretraining_data_flags_and_dump_path(workspace, capsys, pairs, d
                             .map("\n".join)),
        pairs=flag_pairs({"--layers": (["-1", "0", "1", "-2", "0,-1"], ["-3", "abc", "", "-1,,-1", "99"]),
                          "--max-seq-length": (["3", "4", "16", "100000"], NASTY_FLAG_VALUES),
-                         "--batch-size": (["1", "2", "1000"], NASTY_FLAG_VALUES),
+                         "--eval-batch-size": (["1", "2", "1000"], NASTY_FLAG_VALUES),
                          "--pool": (["none", "concat", "first", "sum", "mean"], ["max"]),
                          "--device": (["cpu"], DEVICES), "--format": (["jsonl", "npy", "safetensors"], ["csv"]),
                          "--dtype": (["float16"], ["int8"])}, max_size=3),
@@ -142,7 +142,7 @@ SQUAD_FLAGS = {"--n-best-size": (["1", "2", "1000"], NASTY_FLAG_VALUES),
                "--max-query-length": (["1", "2", "1000"], NASTY_FLAG_VALUES),
                "--max-answer-length": (["1", "1000"], NASTY_FLAG_VALUES),
                "--null-score-diff-threshold": (["0", "-1e30", "5"], NASTY_FLAG_VALUES),
-               "--batch-size": (["1", "1000"], NASTY_FLAG_VALUES), "--version": (["1.1", "2.0"], ["3"]),
+               "--eval-batch-size": (["1", "1000"], NASTY_FLAG_VALUES), "--version": (["1.1", "2.0"], ["3"]),
                "--device": (["cpu"], DEVICES)}
 
 
@@ -151,7 +151,7 @@ SQUAD_FLAGS = {"--n-best-size": (["1", "2", "1000"], NASTY_FLAG_VALUES),
 def test_predict_squad(workspace, capsys, data, pairs):
     data_file = fresh(workspace, "squad")
     data_file.write_text(json_text(data))
-    run_cli(["predict", "squad", "--model", workspace["qa_model"], "--data-file", data_file, "--output",
+    run_cli(["predict", "squad", "--model", workspace["qa_model"], "--input", data_file, "--output",
              fresh(workspace), *flatten(pairs)], capsys)
 
 

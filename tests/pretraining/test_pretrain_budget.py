@@ -41,7 +41,7 @@ def test_recipe_fills_what_is_not_given_and_names_deviations():
 def test_budgeted_pretrain_ends_on_time_with_a_complete_model(data32, tmp_path):
     out = tmp_path / "run"
     started = time.time()
-    rc = main(["pretrain", "--data", str(data32), "--eval-data", str(data32), "--eval-batches", "2", "--output",
+    rc = main(["pretrain", "--train-data", str(data32), "--eval-data", str(data32), "--eval-batches", "2", "--output",
                str(out), "--time-budget", "25s", "--model-config", "tiny", "--batch-size", "16", "--precision",
                "fp32", "--no-progress"])
     wall = time.time() - started
@@ -108,7 +108,7 @@ def test_init_from_refuses_another_vocabulary_and_a_second_config(data32, tmp_pa
 
 
 def test_pretrain_refuses_an_existing_run_and_a_foreign_resume(data32, tmp_path, capsys):
-    common = ["pretrain", "--data", str(data32), "--output", str(tmp_path / "run"), "--model-config", "tiny",
+    common = ["pretrain", "--train-data", str(data32), "--output", str(tmp_path / "run"), "--model-config", "tiny",
               "--max-steps", "4", "--batch-size", "8", "--save-steps", "2", "--precision", "fp32", "--no-progress"]
     assert main(common + ["--seed", "1"]) == 0
     assert main(common + ["--seed", "1"]) == 2
@@ -194,7 +194,7 @@ def test_cls_starts_attending_over_the_whole_pair(tmp_path):
 
 def test_short_sequence_phase_and_position_init(data32, tmp_path):
     out = tmp_path / "run"
-    rc = main(["pretrain", "--data", str(data32), "--output", str(out), "--model-config", "tiny", "--batch-size",
+    rc = main(["pretrain", "--train-data", str(data32), "--output", str(out), "--model-config", "tiny", "--batch-size",
                "8", "--max-steps", "6", "--short-seq-length", "16", "--short-seq-fraction", "0.5",
                "--position-init", "sinusoidal", "--precision", "fp32", "--save-steps", "0", "--no-progress"])
     assert rc == 0
@@ -215,6 +215,6 @@ def test_short_sequence_phase_and_position_init(data32, tmp_path):
 ])
 def test_short_sequence_phase_flags_are_checked(data32, tmp_path, capsys, flags, message):
     flags = [f.format(data=data32) for f in flags]
-    rc = main(["pretrain", "--data", str(data32), "--output", str(tmp_path / "run"), "--model-config", "tiny",
+    rc = main(["pretrain", "--train-data", str(data32), "--output", str(tmp_path / "run"), "--model-config", "tiny",
                "--max-steps", "4", "--no-progress", *flags])
     assert rc != 0 and message in capsys.readouterr().err

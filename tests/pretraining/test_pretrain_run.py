@@ -64,7 +64,7 @@ def test_tiny_model_overfits_tiny_corpus(tmp_path):
 
 
 def _pretrain_cmd(data, out, config, steps, extra=()):
-    return [sys.executable, "-m", "bertkit", "pretrain", "--data", str(data), "--output", str(out),
+    return [sys.executable, "-m", "bertkit", "pretrain", "--train-data", str(data), "--output", str(out),
             "--model-config", config, "--max-steps", str(steps), "--batch-size", "8", "--warmup-steps", "3",
             "--learning-rate", "1e-3", "--precision", "fp32", "--logging-steps", "1", "--save-steps", "5",
             "--seed", "5", "--no-progress", *extra]

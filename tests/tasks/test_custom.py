@@ -13,7 +13,7 @@ import torch
 import bertkit
 from bertkit.cli import main
 from bertkit.heads import BertForMaskedLM
-from bertkit.tasks.common import run_name
+from bertkit.tasks.runs import run_name
 from bertkit.tasks.glue import GlueTask, glue_features
 from bertkit.tasks.squad import predict_squad_file
 from bertkit.tasks.user_files import read_text_file, sorted_labels, tag_scheme

@@ -18,7 +18,9 @@ from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import predict_batches as predict
-from bertkit.tasks.common import results_document, run_protocol, subsample
+from bertkit.tasks.examples import subsample
+from bertkit.tasks.results import results_document
+from bertkit.tasks.sweep import run_protocol
 from bertkit.tasks.sweep_state import restorable
 from bertkit.tasks.glue import (finetune_glue, finetune_glue_tasks, glue_features, glue_table, glue_task, load_glue_split,
                                 task_folder)
@@ -147,7 +149,8 @@ def test_the_best_runs_model_is_kept_in_the_hugging_face_layout(tmp_path):
     # Models are saved with save_pretrained (a model with a lambda activation cannot be pickled) and
     # come back as the same class with the same weights; the rest of the artifacts as they were.
     from bertkit import BertConfig
-    from bertkit.tasks.common import RunResult, SweepState
+    from bertkit.tasks.runs import RunResult
+    from bertkit.tasks.sweep_state import SweepState
 
     torch.manual_seed(0)
     model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
@@ -203,7 +206,7 @@ def test_glue_table_layout_and_average():
 def test_one_run_accumulates_micro_batches_into_the_batch(tiny_model, tmp_path):
     # grad_accum 2 takes two micro-batches of 2 for each batch of 4, padded to their own lengths: with
     # dropout off the run ends on the model one batch of 4 per step gives (the gradient is the same mean).
-    from bertkit.tasks.common import train_one
+    from bertkit.tasks.sweep import train_one
 
     directory = tiny_model(BertForSequenceClassification, tmp_path / "tiny", hidden_dropout_prob=0.0,
                            attention_probs_dropout_prob=0.0)
@@ -235,7 +238,7 @@ def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     # same model, so any gap between the two on dev comes from seeds, not from the recipe.
     import transformers
     from bertkit.inference.batching import FeatureSource
-    from bertkit.tasks.common import train_one
+    from bertkit.tasks.sweep import train_one
     from bertkit.tokenizer import BertTokenizer
 
     transformers.logging.set_verbosity_error()

@@ -6,7 +6,8 @@ import pytest
 from bertkit.errors import BertkitError
 from bertkit.metrics.glue import canonical_task_name
 from bertkit.reproduce import available_tasks, load_budget
-from bertkit.tasks.common import TaskResult, subsample
+from bertkit.tasks.examples import subsample
+from bertkit.tasks.results import TaskResult
 from bertkit.tasks.glue import GLUE_TASKS, glue_task
 from bertkit.tasks.registry import BENCHMARKS, TASKS, benchmark
 from bertkit.tasks.squad import headline_metrics

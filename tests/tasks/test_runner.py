@@ -2,7 +2,7 @@
 does as a Trainer user expects: one run at a stated learning rate unless `--grid paper`, dev held
 out with --dev-fraction, no dev data -> one run trained and saved without selection, micro-batches
 (--grad-accum) and early stopping that keeps the best evaluation's weights. Also a task added as one
-file plus one registry line (tasks/paws.py), and the flags renamed with a deprecated alias.
+file plus one registry line (tasks/paws.py).
 
 Models are tiny (random weights, all-MiniLM-L6-v2's vocabulary) and runs take a few steps."""
 
@@ -125,21 +125,6 @@ def test_a_new_task_is_one_file_and_one_registry_line(base_model, tmp_path):
     assert results["task"] == "paws" and set(results["metrics"]) == {"accuracy", "f1"}
     assert set(results["test_metrics"]) == {"accuracy", "f1"} and (out / "model" / "config.json").is_file()
     assert len((out / "dev_predictions.tsv").read_text().splitlines()) == 5
-
-
-def test_old_flag_spellings_still_work_and_say_so(caplog):
-    from bertkit import features
-    from bertkit.tasks import squad
-
-    for add, new in ((features.add_arguments, "eval_batch_size"), (squad.add_predict_arguments, "eval_batch_size")):
-        parser = argparse.ArgumentParser()
-        add(parser)
-        with caplog.at_level(logging.WARNING, logger="bertkit"):
-            args = parser.parse_args(["--input", "x", "--model", "m", "--output", "o", "--batch-size", "3"])
-        assert getattr(args, new) == 3
-        assert "--batch-size is deprecated" in caplog.text and "use --eval-batch-size" in caplog.text
-        caplog.clear()
-        assert getattr(parser.parse_args(["--input", "x", "--model", "m", "--output", "o"]), new) > 3  # default
 
 
 def test_a_tab_separates_a_pair_in_every_text_input():

@@ -12,7 +12,7 @@ import pytest
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.metrics.squad import evaluate_v1, evaluate_v2
-from bertkit.tasks.common import subsample
+from bertkit.tasks.examples import subsample
 from bertkit.tasks.squad import (finetune_squad, predict_squad, read_squad, score_predictions, squad_json,
                                  squad_windows)
 
@@ -28,7 +28,7 @@ def test_cli_v2_article_split_finetune_then_predict(data_dir, tiny_model_dir, tm
     out = tmp_path / "out"
     code = main(["finetune", "squad", "--model", str(tiny_model_dir), "--train-file", str(dev_v2),
                  "--dev-file", str(dev_v2), "--article-split", "0.5", "--split-seed", "3", "--output", str(out),
-                 "--max-train-examples", "40", "--max-dev-examples", "30", "--epochs", "1", "--batch-size", "8",
+                 "--max-train-examples", "40", "--max-eval-examples", "30", "--epochs", "1", "--batch-size", "8",
                  "--grad-accum", "2", "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16",
                  "--precision", "fp32", "--learning-rate", "1e-3"])
     assert code == 0
@@ -61,8 +61,7 @@ def test_cli_v2_article_split_finetune_then_predict(data_dir, tiny_model_dir, tm
     questions = tmp_path / "questions.json"
     questions.write_text(json.dumps(dataset))
     again = tmp_path / "again"
-    # (--data-file and --max-dev-examples above: the old spellings still work)
-    assert main(["predict", "squad", "--model", str(out / "model"), "--data-file", str(questions), "--output", str(again),
+    assert main(["predict", "squad", "--model", str(out / "model"), "--input", str(questions), "--output", str(again),
                  "--max-seq-length", "64", "--doc-stride", "24", "--max-query-length", "16", "--precision", "fp32",
                  "--no-threshold-search", "--null-score-diff-threshold", "0.5"]) == 0
     assert "default_threshold" in json.loads(capsys.readouterr().out)
@@ -76,7 +75,7 @@ def test_reproduce_benchmark_runs_squad_once_per_seed_and_keeps_the_best(data_di
                                                                          one_thread):
     """A reproduction budget's seeds: one run each in runs/seed<S>, the best dev F1's files and model in
     the output folder, every run's metrics and configuration kept (the report's mean / sd need them)."""
-    from bertkit.tasks.common import BenchmarkSettings
+    from bertkit.tasks.benchmarks import BenchmarkSettings
     from bertkit.tasks.registry import benchmark
 
     out = tmp_path / "out"
