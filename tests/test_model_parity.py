@@ -498,18 +498,22 @@ def test_weights_initialised_once_and_caller_config_untouched(head, monkeypatch)
 
 def test_eager_and_sdpa_implementations_agree_on_packed_and_padded_batches():
     """The written-out formula (model.eager_attention) against the default kernels, on a batch that
-    the default unpads (packed per-sequence attention) and with unpadding off."""
+    the default unpads (packed per-sequence attention) and, on a model built with unpadding off, padded."""
     config = CONFIGS["mini"]()
     model = randomized(bertkit.BertModel(config)).eval()
+    padded = bertkit.BertModel(config, kernels=model.kernels.replace(unpad="never")).eval()
+    padded.load_state_dict(model.state_dict())
     batch = make_batch(config, lengths=(40, 3, 17, 29, 1, 40, 8))
-    real = batch["attention_mask"].bool()
+    mask, real = batch["attention_mask"], batch["attention_mask"].bool()
+    assert kernels.unpadding_for(mask, model.kernels) is not None  # the packed layout runs...
+    assert kernels.unpadding_for(mask, padded.kernels) is None  # ... and the padded one
     with torch.no_grad():
         fast = model(**batch).last_hidden_state
-        assert kernels.unpadding_for(batch["attention_mask"]) is not None  # the packed layout ran
         eager = model.set_attention_implementation("eager")(**batch).last_hidden_state
-        with kernels.speed_options(unpad="never"):
-            eager_padded = model(**batch).last_hidden_state
+        sdpa_padded = padded(**batch).last_hidden_state
+        eager_padded = padded.set_attention_implementation("eager")(**batch).last_hidden_state
     assert_close("eager vs sdpa (packed)", eager[real], fast[real])
-    assert_close("eager vs sdpa (padded)", eager_padded[real], fast[real])
+    assert_close("eager vs sdpa (padded)", eager_padded[real], sdpa_padded[real])
+    assert_close("padded vs packed (sdpa)", sdpa_padded[real], fast[real])
     with pytest.raises(bertkit.BertkitError, match="attention implementation 'flash'"):
         model.set_attention_implementation("flash")
