@@ -1,11 +1,10 @@
 """bertkit: BERT (Devlin et al. 2019) in PyTorch — tokenizer, pre-training, fine-tuning, reproduction."""
 
-__version__ = "0.1.0"
+import importlib as _importlib
 
-import importlib as _importlib  # noqa: E402
-
-from .config import BertConfig  # noqa: E402
-from .errors import BertkitError  # noqa: E402
+from .config import BertConfig
+from .errors import BertkitError
+from .version import __version__  # noqa: F401
 
 # The model classes need torch, the tokenizer `tokenizers`: both are imported on first use, so the
 # command line (`bertkit --help`, `--version`) starts without them.

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 
-from . import __version__
+from .version import __version__
 from .errors import BertkitError
 
 # command -> (module[:attribute] with add_arguments/run_from_args, one-line help)
@@ -29,11 +29,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("bertkit.inference.export", "the model as an ONNX graph (dynamic batch and sequence axes)"),
     "evaluate": ("bertkit.tasks.cli:evaluate", "official evaluators: squad | conll, and embeddings: sts | retrieval | reranking"),
     "extract-features": ("bertkit.features", "per-token activations of a frozen encoder"),
-    "mine-hard-negatives": ("bertkit.inference.hard_negatives", "add hard negatives to (anchor, positive) pairs: "
+    "mine-hard-negatives": ("bertkit.tasks.hard_negatives", "add hard negatives to (anchor, positive) pairs: "
                                                                  "a training file for finetune sentence-embeddings"),
     "reproduce": ("bertkit.reproduce.command", "the paper end to end at a compute budget, with a report"),
     "plot": ("bertkit.train.plot", "PNG curves from a run's metrics.jsonl"),
-    "convert": ("bertkit.hub.convert", "original TensorFlow checkpoint -> Hugging Face-layout folder"),
+    "convert": ("bertkit.convert", "original TensorFlow checkpoint -> Hugging Face-layout folder"),
 }
 
 

@@ -310,7 +310,7 @@ def test_config_that_does_not_fit_the_weights(pretrained_copy, tmp_path, capsys)
 
 
 def test_vocabulary_fits_its_embedding_matrix_or_a_padded_one():
-    from bertkit.hub.convert import vocabulary_fits
+    from bertkit.convert import vocabulary_fits
     assert vocabulary_fits(30522, 30522)
     assert vocabulary_fits(30522, 30528)  # NVIDIA's checkpoints: rows padded to a multiple of 8
     assert vocabulary_fits(30522, 30592)  # Megatron's: a multiple of 128

@@ -128,7 +128,7 @@ def card_text(directory: Path, config, base_model=None) -> str:
         datasets.append(KNOWN_DATASETS[str(task).lower()])
     elif str(task).lower() in GLUE_TASKS:
         datasets.append("nyu-mll/glue")
-    from .. import __version__
+    from ..version import __version__
 
     reranker = task == "cross-encoder"  # sentence-transformers' CrossEncoder; the Hub's text-ranking
     tags = ["bertkit", "bert"] + ([task] if task and task != pipeline_tag else []) + (

@@ -58,7 +58,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .. import __version__, flags
+from .. import flags
+from ..version import __version__
 from ..errors import BertkitError, reading
 from ..hub.resolve import resolve_model
 from ..outputs import atomic_open, check_output_file

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from ..config import BertConfig
 from ..errors import BertkitError
 from ..heads import BertForPreTraining

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .. import __version__
+from ..version import __version__
 from ..outputs import atomic_write_text
 from ..metrics.seeds import NOISE_RULE, Gap, compare_seeds, seed_stats
 from ..pretraining.objectives import OBJECTIVES

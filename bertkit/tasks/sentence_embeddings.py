@@ -206,7 +206,7 @@ def sentence_transformers_files(pooling: str, dimension: int, max_seq_length: in
                       "pooling_mode_mean_tokens": pooling == "mean", "pooling_mode_max_tokens": pooling == "max",
                       "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
                       "pooling_mode_lasttoken": False, "include_prompt": True}
-    from .. import __version__
+    from ..version import __version__
 
     files = {"modules.json": modules, "1_Pooling/config.json": pooling_config,
              "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": do_lower_case},

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BertkitError
+from ..inference.windows import check_is_max_context, doc_spans
 from ..metrics.squad import is_squad_v2
 
 log = logging.getLogger("bertkit")
@@ -247,34 +248,6 @@ class SquadWindows(Sequence):
 
     def __getitem__(self, index):
         return self.windows[index]
-
-
-def check_is_max_context(spans: Sequence[tuple[int, int]], span_index: int, token: int) -> bool:
-    """The original's `_check_is_max_context`: is `span_index` the window where `token` has the most
-    context? Score = min(tokens to its left, tokens to its right) + 0.01 * window length; the first
-    window wins ties."""
-    best_score, best_index = None, None
-    for index, (start, length) in enumerate(spans):
-        end = start + length - 1
-        if token < start or token > end:
-            continue
-        score = min(token - start, end - token) + 0.01 * length
-        if best_score is None or score > best_score:
-            best_score, best_index = score, index
-    return best_index == span_index
-
-
-def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[tuple[int, int]]:
-    """Window (start, length) pairs over `num_tokens` passage tokens, exactly as the original."""
-    spans = []
-    start = 0
-    while start < num_tokens:
-        length = min(num_tokens - start, max_tokens_for_doc)
-        spans.append((start, length))
-        if start + length == num_tokens:
-            break
-        start += min(length, doc_stride)
-    return spans
 
 
 def answer_token_span(offsets: np.ndarray, char_start: int, char_end: int) -> tuple[int, int] | None:

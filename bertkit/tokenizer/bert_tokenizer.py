@@ -40,6 +40,7 @@ from .added_tokens import as_added_tokens, saved_added_tokens, segments, split_p
 from .batch_encoding import BatchEncoding
 from .encoding import LONGEST_FIRST, ONLY_FIRST, ONLY_SECOND, Encoding, padding_target, truncate_pair
 from ..errors import BertkitError
+from ..hub.resolve import resolve_model  # low in the import order; huggingface_hub only when an id is named
 from ..outputs import atomic_write_text
 from .vocabulary import (
     CLS,
@@ -167,8 +168,6 @@ class BertTokenizer:
         tokenizer_config.json's model_max_length and clean_up_tokenization_spaces are read as
         transformers reads them (no limit and False when absent).
         """
-        from ..hub.resolve import resolve_model  # the Hub client is imported only when a Hub id is named
-
         path = resolve_model(path, revision, tokenizer_only=True)
         if path.is_dir():
             vocab_file = path / VOCAB_NAME

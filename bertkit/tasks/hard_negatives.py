@@ -224,8 +224,8 @@ def read_pairs(path: str | Path, anchor_column: str | None = None, positive_colu
                fmt: str | None = None) -> tuple[list[str], list[str], tuple[str, str]]:
     """(anchors, positives, (anchor column, positive column)) of a CSV / TSV / JSON lines file; the
     columns default to the first two in file order (sentence-transformers' convention)."""
-    from ..tasks.examples import BadRows
-    from ..tasks.user_files import read_table, text_problem, text_value
+    from .examples import BadRows
+    from .user_files import read_table, text_problem, text_value
 
     path = Path(path)
     header, rows = read_table(path, BadRows(path, skip=False), fmt)
@@ -255,9 +255,9 @@ def read_pairs(path: str | Path, anchor_column: str | None = None, positive_colu
 def read_corpus(path: str | Path, column: str | None = None) -> list[str]:
     """Passages: a .txt file (one per line, blank lines skipped) or a table's `column` (default
     "text" when there is one, else the first column; BEIR's corpus.jsonl: title + " " + text)."""
-    from ..tasks.examples import BadRows
-    from ..tasks.multiple_choice import read_utf8
-    from ..tasks.user_files import read_table, text_problem
+    from .examples import BadRows
+    from .multiple_choice import read_utf8
+    from .user_files import read_table, text_problem
 
     path = Path(path)
     if path.suffix.lower() == ".txt":
@@ -334,8 +334,8 @@ def add_arguments(parser) -> None:
 
 
 def run_from_args(args) -> int:
-    from .corpus_embeddings import embed_texts, require_cross_encoder, score_pairs
-    from .engine import InferenceEngine
+    from ..inference.corpus_embeddings import embed_texts, require_cross_encoder, score_pairs
+    from ..inference.engine import InferenceEngine
 
     fmt = check_output(args.output, [args.train_file, args.corpus], args.overwrite, formats=("csv", "tsv", "jsonl"))
     options = MiningOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MiningOptions)})

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from ..errors import BertkitError
-from ..heads import TASK_CLASSES
-from .checkpoints import WEIGHTS_NAME, atomic_write, save_tokenizer_files
-from .model_card import write_model_card
-from ..outputs import check_output_dir, check_output_file, folder_files
-from .tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, infer_do_lower_case
-from ..tokenizer import BertTokenizer
+from .errors import BertkitError
+from .heads import TASK_CLASSES
+from .hub.checkpoints import WEIGHTS_NAME, atomic_write, save_tokenizer_files
+from .hub.model_card import write_model_card
+from .outputs import check_output_dir, check_output_file, folder_files
+from .hub.tf_bert import BERT_CONFIG_NAME, OriginalCheckpoint, infer_do_lower_case
+from .tokenizer import BertTokenizer
 
 log = logging.getLogger("bertkit")
 
