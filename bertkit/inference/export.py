@@ -6,7 +6,7 @@ traced from a model built with the plain kernels (`KernelOptions.plain()`: plain
 the padding mask, no unpadding): the fast paths call oneDNN directly or branch on the data, which a
 graph cannot hold.
 What the model computes is the same, padded positions included in the mask, so a padded
-variable-length batch gives bertkit's outputs at every real position (tests/test_export.py checks
+variable-length batch gives bertkit's outputs at every real position (tests/inference/test_export.py checks
 this under onnxruntime). Multiple-choice models take (batch, choices, sequence) inputs.
 
 torch's TorchScript-based exporter does the tracing: its dynamo-based one refuses the model's

@@ -8,7 +8,7 @@ whose weights do not change between calls can have that done once:
   exposes as `mkl._mkl_reorder_linear_weight` / `mkl._mkl_linear` (inductor's freezing uses them).
   torch's op takes the packed route only when the call's row count equals the `batch_size` it is
   given; MKL's packed B matrix does not depend on the row count (bitwise the same pack for every
-  count tried: tests/test_inference_levers.py checks it), so one pack serves every call, each naming
+  count tried: tests/kernels/test_inference_levers.py checks it), so one pack serves every call, each naming
   its own row count.
 * "onednn": oneDNN's blocked weight layout (`mkldnn._reorder_linear_weight`), run by the oneDNN
   Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on. Under

