@@ -128,7 +128,7 @@ def test_extract_features_cli_jsonl_layout(tmp_path, reference, capsys):
     inputs.write_text("".join((f"{t[0]} ||| {t[1]}" if isinstance(t, tuple) else t) + "\n" for t in TEXTS))
     out = tmp_path / "features.jsonl"
     assert main(["extract-features", "--input", str(inputs), "--model", str(minilm_dir()), "--output", str(out),
-                 "--layers", "-1,-2,0", "--batch-size", "2", "--device", "cpu"]) == 0
+                 "--layers", "-1,-2,0", "--eval-batch-size", "2", "--device", "cpu"]) == 0
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert [l["linex_index"] for l in lines] == [0, 1, 2]
     for line, ref, ref_tokens in zip(lines, hidden, tokens):
