@@ -214,117 +214,166 @@ def read_corpus_file(
     `on_bytes(n)` is called with the number of on-disk bytes consumed since its last call
     (for a progress bar). See the module docstring for the handling of bad input.
     """
+    _check_reading_options(encoding_errors, raw_document_break_lines, max_line_chars)
+    stats = stats if stats is not None else CorpusStats()
+    name = str(Path(path))
+    hashing, reader = _open_corpus(Path(path), name)
+    stats.files += 1
+    builder = _DocumentBuilder(stats, max_document_chars)
+    lines = _DecodedLines(reader, hashing, name, encoding_errors, stats, on_bytes)
+    try:
+        if raw:
+            yield from _paragraph_documents(lines, builder, stats, max_line_chars, raw_document_break_lines)
+        else:
+            yield from _sentence_documents(lines, builder, stats, max_line_chars)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise BertkitError(f"corrupt gzip data after line {lines.number}: {exc}", path=name) from None
+    finally:
+        reader.close()
+    _record_file(stats, name, hashing, lines, builder.documents)
+
+
+def _check_reading_options(encoding_errors: str, raw_document_break_lines: int, max_line_chars: int) -> None:
     if encoding_errors not in ("strict", "replace"):
         raise BertkitError(f"encoding_errors must be 'strict' or 'replace', not {encoding_errors!r}")
     if raw_document_break_lines < 1:
         raise BertkitError("raw_document_break_lines must be at least 1")
     if max_line_chars < 1:  # the long-line splitter would never advance
         raise BertkitError(f"max_line_chars must be at least 1, not {max_line_chars}")
-    stats = stats if stats is not None else CorpusStats()
-    path = Path(path)
-    name = str(path)
+
+
+def _open_corpus(path: Path, name: str):
+    """(the hashing reader of the bytes on disk, the text bytes: gunzipped when the file is gzip)."""
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
         raise BertkitError("input file not found", path=name) from None
     except OSError as exc:
         raise BertkitError(f"cannot open input file: {exc.strerror}", path=name) from None
-
     hashing = _HashingReader(handle)
     buffered = io.BufferedReader(hashing, buffer_size=1 << 20)
     is_gzip = buffered.peek(2)[:2] == GZIP_MAGIC
-    reader = gzip.GzipFile(fileobj=buffered, mode="rb") if is_gzip else buffered
-    stats.files += 1
-    reported = 0
-    line_number = 0
+    return hashing, (gzip.GzipFile(fileobj=buffered, mode="rb") if is_gzip else buffered)
 
-    builder = _DocumentBuilder(stats, max_document_chars)
-    paragraph: list[str] = []  # raw mode: lines of the paragraph under construction
-    paragraph_chars = 0
+
+class _DecodedLines:
+    """A file's lines as stripped text (any line ending, the byte-order mark dropped), counted; bad
+    UTF-8 stops at its line, or is replaced and counted with encoding_errors "replace"; progress
+    reported every _PROGRESS_EVERY_LINES lines, once the line before has been used."""
+
+    def __init__(self, reader, hashing: _HashingReader, name: str, encoding_errors: str, stats: CorpusStats,
+                 on_bytes: Callable[[int], None] | None):
+        self.reader, self.hashing, self.name, self.encoding_errors = reader, hashing, name, encoding_errors
+        self.stats, self.on_bytes = stats, on_bytes
+        self.number = 0  # lines read so far
+        self.reported = 0  # bytes passed to on_bytes so far
+
+    def __iter__(self) -> Iterator[str]:
+        for line_bytes in _lines_any_ending(self.reader):
+            self.number += 1
+            yield self.decode(line_bytes)
+            if self.on_bytes is not None and self.number % _PROGRESS_EVERY_LINES == 0:
+                self.report_progress()
+
+    def decode(self, line_bytes: bytes) -> str:
+        try:
+            text = line_bytes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if self.encoding_errors == "strict":
+                raise BertkitError(
+                    f"invalid UTF-8 ({exc.reason}) at byte {exc.start + 1} of the line; fix the file "
+                    "or pass --encoding-errors replace",
+                    path=self.name,
+                    line=self.number,
+                ) from None
+            text = line_bytes.decode("utf-8", errors="replace")
+            self.stats.undecodable_lines += 1
+        if self.number == 1 and text.startswith("\ufeff"):
+            text = text[1:]  # byte-order mark
+        return text.strip()
+
+    def report_progress(self) -> None:
+        if self.on_bytes is not None:
+            self.on_bytes(self.hashing.bytes_read - self.reported)
+            self.reported = self.hashing.bytes_read
+
+
+def _line_pieces(text: str, max_line_chars: int, stats: CorpusStats) -> list[str] | tuple[str]:
+    """A line, or its pieces of at most max_line_chars where it is longer."""
+    if len(text) > max_line_chars:
+        stats.long_lines_split += 1
+        return _split_long_text(text, max_line_chars)
+    return (text,)
+
+
+def _sentence_documents(lines: _DecodedLines, builder: _DocumentBuilder, stats: CorpusStats,
+                        max_line_chars: int) -> Iterator[list[str]]:
+    """One sentence per line, a blank line between documents (the paper's corpus format)."""
+    for text in lines:
+        if not text:
+            done = builder.finish()
+            if done:
+                yield done
+            continue
+        for piece in _line_pieces(text, max_line_chars, stats):
+            done = builder.add(piece)
+            if done:
+                yield done
+    done = builder.finish()
+    if done:
+        yield done
+
+
+def _paragraph_documents(lines: _DecodedLines, builder: _DocumentBuilder, stats: CorpusStats, max_line_chars: int,
+                         break_lines: int) -> Iterator[list[str]]:
+    """Raw text: the lines between blank lines make a paragraph (split where it passes
+    max_line_chars), `break_lines` blank lines in a row end a document."""
+    paragraph: list[str] = []  # the lines of the paragraph under construction
+    chars = 0
     blank_run = 0
 
     def end_paragraph() -> list[str] | None:
-        nonlocal paragraph, paragraph_chars
+        nonlocal paragraph, chars
         text = " ".join(paragraph)
-        paragraph, paragraph_chars = [], 0
+        paragraph, chars = [], 0
         return builder.add(text)
 
-    try:
-        for line_bytes in _lines_any_ending(reader):
-            line_number += 1
-            try:
-                text = line_bytes.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if encoding_errors == "strict":
-                    raise BertkitError(
-                        f"invalid UTF-8 ({exc.reason}) at byte {exc.start + 1} of the line; fix the file "
-                        "or pass --encoding-errors replace",
-                        path=name,
-                        line=line_number,
-                    ) from None
-                text = line_bytes.decode("utf-8", errors="replace")
-                stats.undecodable_lines += 1
-            if line_number == 1 and text.startswith("\ufeff"):
-                text = text[1:]  # byte-order mark
-            text = text.strip()
-
-            if not text:
-                blank_run += 1
-                done = (end_paragraph() if paragraph else None) if raw else builder.finish()
-                if done:
-                    yield done
-            else:
-                if len(text) > max_line_chars:
-                    stats.long_lines_split += 1
-                    pieces = _split_long_text(text, max_line_chars)
-                else:
-                    pieces = (text,)
-                if raw:
-                    if blank_run >= raw_document_break_lines:
-                        done = builder.finish()
-                        if done:
-                            yield done
-                    for piece in pieces:
-                        if paragraph and paragraph_chars + len(piece) > max_line_chars:
-                            stats.long_paragraphs_split += 1
-                            done = end_paragraph()
-                            if done:
-                                yield done
-                        paragraph.append(piece)
-                        paragraph_chars += len(piece) + 1
-                else:
-                    for piece in pieces:
-                        done = builder.add(piece)
-                        if done:
-                            yield done
-                blank_run = 0
-
-            if on_bytes is not None and line_number % _PROGRESS_EVERY_LINES == 0:
-                on_bytes(hashing.bytes_read - reported)
-                reported = hashing.bytes_read
-        for done in (end_paragraph() if raw and paragraph else None, builder.finish()):
+    for text in lines:
+        if not text:
+            blank_run += 1
+            done = end_paragraph() if paragraph else None
             if done:
                 yield done
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise BertkitError(f"corrupt gzip data after line {line_number}: {exc}", path=name) from None
-    finally:
-        reader.close()
+            continue
+        pieces = _line_pieces(text, max_line_chars, stats)
+        if blank_run >= break_lines:
+            done = builder.finish()
+            if done:
+                yield done
+        for piece in pieces:
+            if paragraph and chars + len(piece) > max_line_chars:
+                stats.long_paragraphs_split += 1
+                done = end_paragraph()
+                if done:
+                    yield done
+            paragraph.append(piece)
+            chars += len(piece) + 1
+        blank_run = 0
+    for done in (end_paragraph() if paragraph else None, builder.finish()):
+        if done:
+            yield done
 
-    stats.lines += line_number
-    if builder.documents == 0:
+
+def _record_file(stats: CorpusStats, name: str, hashing: _HashingReader, lines: _DecodedLines,
+                 documents: int) -> None:
+    """The file read to its end: its lines counted, progress finished, its record (size, SHA-256)."""
+    stats.lines += lines.number
+    if documents == 0:
         logger.warning("%s: input file has no text; skipped", name)
         stats.empty_files.append(name)
-    if on_bytes is not None:
-        on_bytes(hashing.bytes_read - reported)
-    stats.input_files.append(
-        InputFileRecord(
-            path=name,
-            size=hashing.bytes_read,
-            sha256=hashing.sha256.hexdigest(),
-            lines=line_number,
-            documents=builder.documents,
-        )
-    )
+    lines.report_progress()
+    stats.input_files.append(InputFileRecord(path=name, size=hashing.bytes_read, sha256=hashing.sha256.hexdigest(),
+                                             lines=lines.number, documents=documents))
 
 
 def iter_documents(paths: Iterable[str | os.PathLike], **kwargs) -> Iterator[list[str]]:

@@ -360,13 +360,38 @@ class PretrainingDataset:
         """
         objective = resolve_objective(objective, nsp)
         masking = masking or self.masking
+        self._check_masking(masking, objective, {"masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
+                                                 "mask_mix": mask_mix, "whole_word": whole_word})
+        raw = self._rows_at(indices, objective, masking, max_length, generator)
+        lengths = raw["lengths"]
+        width = int(lengths.max()) if trim and len(lengths) else self.max_seq_length
+        ids = np.ascontiguousarray(raw["input_ids"][:, :width])
+        positions = np.arange(width)[None, :]
+        attention = positions < lengths[:, None]
+        token_types = (positions >= raw["b_starts"][:, None]) & attention
+        stored = self._stored_masks(raw, ids, undo=masking == "dynamic" or not objective.masked)
+        draw_masks = self._mask_drawer(generator, masked_lm_prob, max_predictions, mask_mix, whole_word)
+        # [CLS], the middle [SEP], the final [SEP] and padding are never predicted.
+        special = ((positions == 0) | (positions == raw["b_starts"][:, None] - 1)
+                   | (positions >= lengths[:, None] - 1))
+        input_ids, labels = objective.inputs_and_labels(BatchRows(
+            input_ids=torch.from_numpy(ids), special=torch.from_numpy(special), lengths=lengths,
+            positions=positions, masking=masking, stored=stored, draw_masks=draw_masks))
+        batch: dict[str, torch.Tensor] = {"input_ids": input_ids}
+        batch["token_type_ids"] = torch.from_numpy(token_types.astype(np.int64))
+        batch["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
+        batch["labels"] = labels
+        if objective.nsp:
+            batch["next_sentence_label"] = torch.from_numpy(raw["next_sentence_labels"])
+        return batch
+
+    def _check_masking(self, masking: str, objective: Objective, overrides: dict) -> None:
+        """Static masking needs stored masks, and takes no override that differs from them."""
         if masking not in ("static", "dynamic"):
             raise BertkitError(f"masking must be 'static' or 'dynamic', not {masking!r}")
         if masking == "static" and self.masking != "static":
             raise BertkitError("this data was created with dynamic masking: it stores no masks",
                                path=str(self.directory))
-        overrides = {"masked_lm_prob": masked_lm_prob, "max_predictions": max_predictions,
-                     "mask_mix": mask_mix, "whole_word": whole_word}
         if masking == "static" and objective.masked:
             stored = {"masked_lm_prob": self.masked_lm_prob, "max_predictions": self.max_predictions,
                       "mask_mix": self.mask_mix, "whole_word": self.whole_word_mask}
@@ -376,6 +401,9 @@ class PretrainingDataset:
                     raise BertkitError(f"{key}={value!r} differs from the stored static masks ({stored[key]!r}); "
                                        "use masking='dynamic' to draw new masks at load time")
 
+    def _rows_at(self, indices, objective: Objective, masking: str, max_length: int | None,
+                 generator: torch.Generator | None) -> dict:
+        """The stored rows, each pair cut to `max_length` where that is shorter than the data's."""
         raw = self.rows(indices)
         if max_length is not None and max_length < self.max_seq_length:
             # The cut puts stored masks' tokens back, so MLM must draw new masks; LTR needs none.
@@ -383,19 +411,21 @@ class PretrainingDataset:
                 raise BertkitError("cutting instances to a shorter length needs dynamic MLM masking (or an "
                                    "objective without masks, such as LTR)")
             raw = self._cut_pairs(raw, max_length, generator)
-        lengths = raw["lengths"]
-        width = int(lengths.max()) if trim and len(lengths) else self.max_seq_length
-        ids = np.ascontiguousarray(raw["input_ids"][:, :width])
-        positions = np.arange(width)[None, :]
-        attention = positions < lengths[:, None]
-        token_types = (positions >= raw["b_starts"][:, None]) & attention
-        stored = None  # static masks as (rows, positions, original ids)
-        if self.masking == "static":
-            valid = np.arange(raw["masked_lm_positions"].shape[1])[None, :] < raw["masked_lm_counts"][:, None]
-            stored = (np.nonzero(valid)[0], raw["masked_lm_positions"][valid], raw["masked_lm_ids"][valid])
-            if masking == "dynamic" or not objective.masked:
-                ids[stored[0], stored[1]] = stored[2]  # undo the stored mask
+        return raw
 
+    def _stored_masks(self, raw: dict, ids: np.ndarray, undo: bool):
+        """Static data's masks as (rows, positions, original ids), None for dynamic data; with `undo`
+        the original tokens are put back into `ids` (new masks are drawn, or none are needed)."""
+        if self.masking != "static":
+            return None
+        valid = np.arange(raw["masked_lm_positions"].shape[1])[None, :] < raw["masked_lm_counts"][:, None]
+        stored = (np.nonzero(valid)[0], raw["masked_lm_positions"][valid], raw["masked_lm_ids"][valid])
+        if undo:
+            ids[stored[0], stored[1]] = stored[2]
+        return stored
+
+    def _mask_drawer(self, generator, masked_lm_prob, max_predictions, mask_mix, whole_word):
+        """draw_masks(input_ids, special): new MLM masks with the dataset's settings, or the overrides."""
         mix = parse_mask_mix(mask_mix) if mask_mix is not None else self.mask_mix
         use_whole_word = self.whole_word_mask if whole_word is None else whole_word
 
@@ -413,19 +443,7 @@ class PretrainingDataset:
                 is_continuation=self.continuation_table() if use_whole_word else None,
             )
 
-        # [CLS], the middle [SEP], the final [SEP] and padding are never predicted.
-        special = ((positions == 0) | (positions == raw["b_starts"][:, None] - 1)
-                   | (positions >= lengths[:, None] - 1))
-        input_ids, labels = objective.inputs_and_labels(BatchRows(
-            input_ids=torch.from_numpy(ids), special=torch.from_numpy(special), lengths=lengths,
-            positions=positions, masking=masking, stored=stored, draw_masks=draw_masks))
-        batch: dict[str, torch.Tensor] = {"input_ids": input_ids}
-        batch["token_type_ids"] = torch.from_numpy(token_types.astype(np.int64))
-        batch["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
-        batch["labels"] = labels
-        if objective.nsp:
-            batch["next_sentence_label"] = torch.from_numpy(raw["next_sentence_labels"])
-        return batch
+        return draw_masks
 
 
 class PretrainingBatchSource:

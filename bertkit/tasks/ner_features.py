@@ -8,6 +8,7 @@ trained on that cache with the shared loop. `bertkit finetune ner --feature-base
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -196,23 +197,14 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
     sentences = {split: subsample(d.sentences, limits[split], contiguous=True) for split, d in data.items()}
     tokenizer = load_tokenizer(model_dir, cased)
     encoder = BertModel.from_pretrained(model_dir)
-    num_layers = encoder.config.num_hidden_layers
-    plans = {v: variant_layers(v, num_layers) for v in variants}
+    plans = {v: variant_layers(v, encoder.config.num_hidden_layers) for v in variants}
     needed = sorted({i for layers, _ in plans.values() for i in layers})
-    torch_device = pick_device(device)
-    resolved_precision = resolve_precision(precision, torch_device)
+    resolved_precision = resolve_precision(precision, pick_device(device))
 
     started = time.perf_counter()
-    tables, rows, row_offsets, next_row = [torch.zeros(1, len(needed), encoder.config.hidden_size, dtype=cache_dtype)], {}, {}, 1
-    for split, sents in sentences.items():
-        table, split_rows = word_feature_table(encoder, tokenizer, sents, needed, max_seq_length, doc_context,
-                                               device=torch_device, precision=resolved_precision, dtype=cache_dtype,
-                                               progress=bool(progress))
-        tables.append(table)
-        rows[split], row_offsets[split] = split_rows, next_row
-        next_row += table.shape[0]
-    full_table = torch.cat(tables)  # row 0: padding
-    encoder.to("cpu")
+    full_table, rows, row_offsets = _cached_word_features(encoder, tokenizer, sentences, needed, max_seq_length,
+                                                          doc_context, device, resolved_precision, cache_dtype,
+                                                          progress)
     del encoder
     feature_seconds = time.perf_counter() - started
 
@@ -220,11 +212,12 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
     train_tags = [to_iob2(s.tags) if convert else s.tags for s in sentences["train"]]
     labels = label_list(train_tags)
     label2id = {t: i for i, t in enumerate(labels)}
-    id2label = dict(enumerate(labels))
     examples = {split: tagger_examples(rows[split], train_tags if split == "train" else None,
                                        label2id if split == "train" else None, row_offsets[split])
                 for split in sentences}
     out = Path(output_dir) if output_dir is not None else None
+    recipe = _TaggerRecipe(learning_rate=learning_rate, epochs=epochs, batch_size=batch_size, seed=seed,
+                           warmup_ratio=warmup_ratio, precision=precision, device=device, progress=progress)
     results = {"task": "ner-feature-based", "model": str(model_dir), "files": {k: str(v) for k, v in files.items()},
                "tag_scheme": {"file": data["train"].scheme, "training": "IOB2" if convert else data["train"].scheme},
                "labels": labels, "do_lower_case": tokenizer.do_lower_case, "doc_context": doc_context,
@@ -236,35 +229,17 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
                "feature_seconds": feature_seconds, "variants": {}}
     for variant in variants:
         layers, combine = plans[variant]
-        columns = [needed.index(i) for i in layers]
-        torch.manual_seed(seed)
-        tagger = BiLSTMTagger(full_table[:, columns], combine, len(labels), lstm_size, dropout, id2label)
+        torch.manual_seed(seed)  # each variant's tagger starts from the same draw
+        tagger = BiLSTMTagger(full_table[:, [needed.index(i) for i in layers]], combine, len(labels), lstm_size,
+                              dropout, dict(enumerate(labels)))
         variant_dir = out / "feature-based" / variant if out else None
-        source = FeatureSource(examples["train"], batch_size, seed=seed)
-        args = TrainArgs(output_dir=str(variant_dir) if variant_dir else None, learning_rate=learning_rate,
-                         warmup_ratio=warmup_ratio, weight_decay=0.0, precision=precision, device=device, seed=seed,
-                         save_final_model=False, progress=progress)
-        t0 = time.perf_counter()
-        fit(tagger, Phase(source, epochs=epochs, name=variant), args)
-        train_seconds = time.perf_counter() - t0
-        entry = {"layers": layers, "combine": combine, "train_seconds": train_seconds}
-        predictions = {}
-        for split in ("valid", "test"):
-            if split not in sentences:
-                continue
-            predicted = predict_tagger(tagger, examples[split], id2label, precision=resolved_precision)
-            predicted = [to_scheme(p, data[split].scheme) for p in predicted]
-            predictions[split] = predicted
-            entry["dev" if split == "valid" else "test"] = evaluate_conll([s.tags for s in sentences[split]], predicted)
-        if combine == "weighted":
-            entry["layer_weights"] = torch.softmax(tagger.layer_weights.detach().float().cpu(), 0).tolist()
-            entry["gamma"] = float(tagger.gamma.detach())
-        log.info(f"feature-based {variant}: dev F1 {entry['dev']['f1']:.4f}")
-        results["variants"][variant] = entry
+        entry, predictions = _train_and_score(tagger, variant, examples, sentences, data, recipe, variant_dir,
+                                              resolved_precision)
+        results["variants"][variant] = {"layers": layers, "combine": combine, **entry}
         if variant_dir is not None:
             save_tagger(tagger, variant_dir, {"variant": variant, "encoder": str(model_dir), "hidden_layers": layers,
                                               "combine": combine, "lstm_size": lstm_size, "dropout": dropout,
-                                              "id2label": {str(k): v for k, v in id2label.items()},
+                                              "id2label": {str(k): v for k, v in tagger.id2label.items()},
                                               "max_seq_length": max_seq_length, "doc_context": doc_context,
                                               "do_lower_case": tokenizer.do_lower_case})
             for split, name in (("valid", "dev_predictions.txt"), ("test", "test_predictions.txt")):
@@ -277,6 +252,63 @@ def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants:
     dev_scores = [entry["dev"] for entry in results["variants"].values()]
     return TaskResult(task="ner-feature-based", metric="f1", metrics=max(dev_scores, key=lambda m: m["f1"]),
                       run_metrics=dev_scores, document=results, output_dir=None if out is None else str(out))
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaggerRecipe:
+    """How each variant's tagger is trained (the shared loop's settings)."""
+
+    learning_rate: float
+    epochs: float
+    batch_size: int
+    seed: int
+    warmup_ratio: float
+    precision: str
+    device: str
+    progress: bool | None
+
+
+def _cached_word_features(encoder, tokenizer, sentences: dict, needed: list[int], max_seq_length: int,
+                          doc_context: bool, device: str, precision: str, dtype: torch.dtype, progress):
+    """The encoder run once over every split: (one table of every word's vectors at the `needed`
+    layers, row 0 the padding; each split's rows per sentence; each split's first row)."""
+    torch_device = pick_device(device)
+    tables = [torch.zeros(1, len(needed), encoder.config.hidden_size, dtype=dtype)]
+    rows, row_offsets, next_row = {}, {}, 1
+    for split, sents in sentences.items():
+        table, split_rows = word_feature_table(encoder, tokenizer, sents, needed, max_seq_length, doc_context,
+                                               device=torch_device, precision=precision, dtype=dtype,
+                                               progress=bool(progress))
+        tables.append(table)
+        rows[split], row_offsets[split] = split_rows, next_row
+        next_row += table.shape[0]
+    encoder.to("cpu")
+    return torch.cat(tables), rows, row_offsets
+
+
+def _train_and_score(tagger: BiLSTMTagger, variant: str, examples: dict, sentences: dict, data: dict,
+                     recipe: _TaggerRecipe, variant_dir: Path | None, precision: str) -> tuple[dict, dict]:
+    """One variant's tagger trained with the shared loop, then scored on dev and test with conlleval:
+    (its results.json entry, its predicted tags per split in the file's scheme)."""
+    source = FeatureSource(examples["train"], recipe.batch_size, seed=recipe.seed)
+    args = TrainArgs(output_dir=str(variant_dir) if variant_dir else None, learning_rate=recipe.learning_rate,
+                     warmup_ratio=recipe.warmup_ratio, weight_decay=0.0, precision=recipe.precision,
+                     device=recipe.device, seed=recipe.seed, save_final_model=False, progress=recipe.progress)
+    t0 = time.perf_counter()
+    fit(tagger, Phase(source, epochs=recipe.epochs, name=variant), args)
+    entry, predictions = {"train_seconds": time.perf_counter() - t0}, {}
+    for split in ("valid", "test"):
+        if split not in sentences:
+            continue
+        predicted = predict_tagger(tagger, examples[split], tagger.id2label, precision=precision)
+        predictions[split] = [to_scheme(p, data[split].scheme) for p in predicted]
+        entry["dev" if split == "valid" else "test"] = evaluate_conll([s.tags for s in sentences[split]],
+                                                                      predictions[split])
+    if tagger.combine == "weighted":
+        entry["layer_weights"] = torch.softmax(tagger.layer_weights.detach().float().cpu(), 0).tolist()
+        entry["gamma"] = float(tagger.gamma.detach())
+    log.info(f"feature-based {variant}: dev F1 {entry['dev']['f1']:.4f}")
+    return entry, predictions
 
 
 def save_tagger(tagger: BiLSTMTagger, directory: str | Path, config: dict) -> None:
