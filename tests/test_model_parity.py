@@ -30,14 +30,8 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 MAX_ABS_DIFF: dict[str, float] = {}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """These tensors are tiny: extra intra-op threads only spin-wait, and on a shared 2-core
-    machine that made this module ~10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# These tensors are tiny: extra intra-op threads only spin-wait (~10x slower on a shared 2-core machine).
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module", autouse=True)

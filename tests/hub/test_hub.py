@@ -18,14 +18,8 @@ ALL_CLASSES = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSeq
 TIED_IN_TRANSFORMERS = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """These tensors are tiny: extra intra-op threads only spin-wait, and on a shared 2-core
-    machine that made this module ~10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# These tensors are tiny: extra intra-op threads only spin-wait (~10x slower on a shared 2-core machine).
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny_config(**overrides):

@@ -10,7 +10,6 @@ import pytest
 import bertkit
 from bertkit.cli import build_parser, main
 from bertkit.errors import BertkitError
-from bertkit.heads import BertForMaskedLM
 from bertkit.tasks import custom
 from bertkit.tasks.arguments import sweep_options
 
@@ -18,9 +17,6 @@ OWN_DATA = {"text-classification": custom.TEXT_DEFAULTS, "token-classification":
             "multiple-choice": custom.MC_DEFAULTS, "question-answering": custom.QA_DEFAULTS}
 
 
-@pytest.fixture(scope="module")
-def base_model(tiny_model, tmp_path_factory):
-    return tiny_model(BertForMaskedLM, tmp_path_factory.mktemp("base"), max_positions=64)
 
 
 def _reviews(path, n):

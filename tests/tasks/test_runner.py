@@ -15,16 +15,12 @@ import torch
 
 from bertkit import BertForSequenceClassification
 from bertkit.cli import main
-from bertkit.heads import BertForMaskedLM
 from bertkit.tasks.registry import TASKS
 from bertkit.tasks.sweep import run_protocol, train_one
 
 QUICK = ["--epochs", "1", "--batch-size", "4", "--precision", "fp32", "--device", "cpu"]
 
 
-@pytest.fixture(scope="module")
-def base_model(tiny_model, tmp_path_factory):
-    return tiny_model(BertForMaskedLM, tmp_path_factory.mktemp("base"), max_positions=64)
 
 
 def _reviews(path, n):
