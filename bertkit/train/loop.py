@@ -246,6 +246,9 @@ class Trainer:
         if self.out_dir is not None and self.is_main and args.save_final_model:
             self.model.save_pretrained(self.out_dir, tokenizer=args.tokenizer)
         self.write_summary(stopped_early)
+        if self.world > 1:  # no rank leaves (and tears down its process group) while rank 0 still writes
+            dist.barrier()
+            self.train_model = self.model
         return TrainResult(self.global_step, self.train_seconds, self.sequences, self.last_logs, self.eval_history,
                            resumed_from, self.elapsed(), self.plan, stopped_early)
 
