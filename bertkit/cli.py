@@ -57,10 +57,11 @@ def add_revision_flags(parser: argparse.ArgumentParser) -> None:
                 action.help += ", or a Hub id (bert-base-uncased, org/name)"
 
 
-def pin_model_revisions(args: argparse.Namespace) -> None:
-    """--revision applies to the command's model reference wherever the command loads it (tokenizer,
-    weights); Hub ids are resolved there, after the command's own checks of its outputs."""
-    from .hub.resolve import pin_revisions
+def attach_revision(args: argparse.Namespace) -> None:
+    """--revision travels with the command's model reference (hub.resolve.ModelReference) to wherever
+    the command loads it (tokenizer, weights); Hub ids are resolved there, after the command's own
+    checks of its outputs."""
+    from .hub.resolve import ModelReference
 
     revision = getattr(args, "revision", None)
     references = [getattr(args, dest) for dest in MODEL_FLAGS if isinstance(getattr(args, dest, None), str)]
@@ -70,7 +71,9 @@ def pin_model_revisions(args: argparse.Namespace) -> None:
         for reference in references:
             if os.path.exists(reference):
                 raise BertkitError(f"--revision {revision} applies to Hub ids, not to a local folder", path=reference)
-    pin_revisions({reference: revision for reference in references} if revision else {})
+        for dest in MODEL_FLAGS:
+            if isinstance(getattr(args, dest, None), str):
+                setattr(args, dest, ModelReference(getattr(args, dest), revision))
 
 
 def _load(target: str):
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        pin_model_revisions(args)
+        attach_revision(args)
         rc = args._run(args)
         rc = rc if isinstance(rc, int) else 0  # library calls may return their results
         if rc == 0 and args.command in ("finetune", "pretrain") and getattr(args, "output", None):

@@ -30,8 +30,6 @@ MODEL_FILES = TOKENIZER_FILES + [
 PICKLED_WEIGHTS = ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
 SAFETENSORS_NAMES = ("model.safetensors", "model.safetensors.index.json")
 
-# Revisions given on the command line, for the model reference they belong to (see pin_revisions).
-_PINNED: dict[str, str] = {}
 _REPO_ID = re.compile(r"(?:[\w\-.]{1,96}/)?[\w\-.]{1,96}", flags=re.ASCII)
 _SNAPSHOT = re.compile(r"models--(?P<org_name>.+)[/\\]snapshots[/\\][0-9a-f]{40}$")
 
@@ -69,17 +67,28 @@ def hub_id_of(folder: str | Path) -> str | None:
     return match.group("org_name").replace("--", "/") if match else None
 
 
-def pin_revisions(pins: dict[str, str]) -> None:
-    """`--revision`: every later resolution of these references (tokenizer, model, ...) uses it."""
-    _PINNED.clear()
-    _PINNED.update(pins)
+class ModelReference(str):
+    """A model reference with the revision it was given at (`--model org/name --revision v1`): the
+    revision travels with the reference through every layer that loads from it (tokenizer, weights),
+    where a process-wide table would leak into the next command run in the same process. It is the
+    reference text itself everywhere else (logs, results.json)."""
+
+    revision: str | None
+
+    def __new__(cls, reference: str | os.PathLike, revision: str | None = None) -> "ModelReference":
+        made = super().__new__(cls, os.fspath(reference))
+        made.revision = revision
+        return made
+
+    def __reduce__(self):  # pickled (DataLoader workers, torchrun) with its revision
+        return ModelReference, (str(self), self.revision)
 
 
 def resolve_model(reference: str | os.PathLike, revision: str | None = None, tokenizer_only: bool = False) -> Path:
     """A local folder for `reference`: the folder itself when it exists, else the Hub id's cached
     snapshot (downloading what is missing). A reference that is neither comes back unchanged, for the
     caller's own "not found" error."""
-    revision = revision or _PINNED.get(str(reference))
+    revision = revision or getattr(reference, "revision", None)
     path = Path(reference).expanduser()
     if path.exists():
         if revision:

@@ -205,3 +205,17 @@ def test_every_command_that_takes_a_model_has_revision():
         dests = {a.dest: a for a in parser._actions}
         assert "revision" in dests, parser.prog
         assert "Hub id" in (dests.get("model") or dests.get("init_from")).help, parser.prog
+
+
+def test_revision_travels_with_the_reference_not_the_process(hub_server, tiny_classifier, tmp_path, capsys):
+    """Fine-tuning loads the tokenizer and the weights from the reference (both at --revision), and
+    the revision stays with that command: a later load in the same process asks for main again."""
+    hub_server.add("org/only-v1", tiny_classifier, revision="v1")
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\n" + "a good film,pos\nthe plot was bad,neg\n" * 4, encoding="utf-8")
+    assert main(["finetune", "text-classification", "--model", "org/only-v1", "--revision", "v1", "--train-file",
+                 str(train), "--output", str(tmp_path / "out"), "--epochs", "1", "--max-seq-length", "16",
+                 "--batch-size", "4"]) == 0
+    assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
+    with pytest.raises(BertkitError, match=r"org/only-v1 has no revision 'main'"):
+        BertModel.from_pretrained("org/only-v1")
