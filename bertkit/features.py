@@ -21,7 +21,7 @@ from safetensors.numpy import save_file
 from tqdm.auto import tqdm
 
 from . import flags
-from .inference.batching import collate
+from .batching import collate
 from .device import autocast, pick_device, resolve_precision
 from .errors import BertkitError
 from .hub.checkpoints import load_tokenizer

@@ -174,8 +174,12 @@ def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
+    """The text under `path` complete, on disk (fsync before the rename: a crash right after leaves the
+    new file or the old one, never an empty one), or not at all."""
     with atomic_open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _finite_or_none(value):

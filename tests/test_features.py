@@ -11,7 +11,7 @@ import torch
 from bertkit.cli import main
 from bertkit.errors import BertkitError
 from bertkit.metrics.conll import evaluate_conll_file
-from bertkit.inference.batching import FeatureSource, collate
+from bertkit.batching import FeatureSource, collate
 from bertkit.features import extract_features, parse_text, read_feature_inputs, resolve_layer, select_layers
 from bertkit.hub import load_tokenizer
 from bertkit.model import BertModel

@@ -15,7 +15,7 @@ LAYERS = [
     ["bertkit", "bertkit.outputs", "bertkit.tables", "bertkit.finite", "bertkit.flags", "bertkit.config",
      "bertkit.embedding_resize", "bertkit.device", "bertkit.metrics", "bertkit.hub.resolve"],
     ["bertkit.hub.model_card", "bertkit.tokenizer"],
-    ["bertkit.kernels"],
+    ["bertkit.kernels", "bertkit.batching"],
     ["bertkit.hub"],
     ["bertkit.model"],
     ["bertkit.heads"],

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import autocast
-from .batching import collate, length_sorted_batches
+from ..batching import collate, length_sorted_batches
 
 POOLING_MODES = ("mean", "cls", "max")
 

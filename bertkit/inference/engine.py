@@ -20,11 +20,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
 from .. import kernels
+from ..batching import SINGLE_LENGTH_BUCKET, length_grouped_batches, pad_rows, padded_length
 from ..device import DEFAULT_PRECISION, autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
@@ -58,8 +59,6 @@ def _glibc():
 _LIBC = _glibc()
 
 OUTPUT_ALIASES = {"logits": "prediction_logits"}
-LENGTH_BUCKET = 16  # padded lengths are multiples of this
-SINGLE_LENGTH_BUCKET = 8  # ... and those of a lone sequence, multiples of this
 WARM_UP_LENGTHS = tuple(range(SINGLE_LENGTH_BUCKET, 129, SINGLE_LENGTH_BUCKET))  # the lone lengths warm_up runs
 ROW_MULTIPLE = 64  # unpadded token counts are rounded up to a multiple of this (oneDNN shapes)
 
@@ -114,47 +113,6 @@ def _max_length_of(model_dir: Path, config) -> int:
         except (ValueError, KeyError, TypeError):
             raise BertkitError("max_seq_length must be an integer", path=str(sbert)) from None
     return limit
-
-
-def length_grouped_batches(lengths: Sequence[int], max_batch_tokens: int, max_batch_size: int) -> Iterator[list[int]]:
-    """Indices sorted by length and cut into batches whose padded size (rows x bucketed longest)
-    stays within max_batch_tokens (a longer single row still runs alone)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batch: list[int] = []
-    for i in order:
-        padded = bucketed(lengths[i])
-        if batch and ((len(batch) + 1) * padded > max_batch_tokens or len(batch) >= max_batch_size):
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
-
-
-def bucketed(length: int) -> int:
-    return -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
-
-
-def padded_length(longest: int, sequences: int) -> int:
-    """The length a batch of `sequences` sequences is padded to (a lone one: a finer bucket)."""
-    bucket = SINGLE_LENGTH_BUCKET if sequences == 1 else LENGTH_BUCKET
-    return -(-longest // bucket) * bucket
-
-
-def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """input_ids / token_type_ids / attention_mask lists -> (B, T) tensors, T bucketed (`padded_length`);
-    rows of multiple choice (C sequences each) -> (B, C, T)."""
-    nested = isinstance(rows[0]["input_ids"][0], list)
-    sequences = [seq for row in rows for seq in (row["input_ids"] if nested else [row["input_ids"]])]
-    T = padded_length(max(len(seq) for seq in sequences), len(sequences))
-    batch = {}
-    for key, pad in (("input_ids", pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
-        if nested:
-            values = [[list(seq) + [pad] * (T - len(seq)) for seq in row[key]] for row in rows]
-        else:
-            values = [list(row[key]) + [pad] * (T - len(row[key])) for row in rows]
-        batch[key] = torch.tensor(values, dtype=torch.long)
-    return batch
 
 
 class InferenceEngine:

@@ -48,7 +48,7 @@ from .answer_defaults import (AGGREGATION_STRATEGIES, FILL_MASK, QUESTION_ANSWER
 from ..device import DEFAULT_PRECISION, parse_dtype
 from ..errors import BertkitError
 from .engine import InferenceEngine
-from .windows import check_is_max_context, doc_spans
+from ..batching.windows import check_is_max_context, doc_spans
 from ..tokenizer import MASK
 
 log = logging.getLogger("bertkit")

@@ -62,7 +62,7 @@ from .. import flags
 from ..version import __version__
 from ..errors import BertkitError, reading
 from ..hub.resolve import resolve_model
-from ..outputs import atomic_open, check_output_file
+from ..outputs import atomic_open, check_output_file, write_json
 from ..tokenizer import BertTokenizer
 from .corpus import (
     DEFAULT_MAX_LINE_CHARS,
@@ -87,7 +87,6 @@ from .shards import (
     derive_seed,
     id_dtype_for,
     sha256_file,
-    write_json_atomic,
 )
 
 logger = logging.getLogger("bertkit.pretraining")
@@ -491,7 +490,7 @@ def create_pretraining_data(inputs: Sequence[str | os.PathLike] | str | os.PathL
         "num_instances": counts["instances"],
         "shards": made.shards,
     }
-    write_json_atomic(output_dir / MANIFEST_NAME, manifest)
+    write_json(output_dir / MANIFEST_NAME, manifest)
     return dict(counts, shards=len(made.shards), seconds=round(time.monotonic() - started, 2),
                 output_dir=str(output_dir))
 

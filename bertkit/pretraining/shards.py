@@ -35,7 +35,6 @@ import numpy as np
 import torch
 
 from ..errors import BertkitError
-from ..outputs import atomic_open
 from ..tokenizer import load_vocab
 from .instances import PairArrays, truncate_pair_spans
 from .masking import mask_batch, parse_mask_mix
@@ -71,14 +70,6 @@ def _manifest_int(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"expected a non-negative whole number, found {value!r}")
     return value
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    with atomic_open(path) as f:  # no partial manifest, and no temporary file left on failure
-        json.dump(data, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 class ShardWriter:

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from ..inference.batching import predict_batches
+from ..inference.predict_batches import predict_batches
 from ..errors import BertkitError
 from ..heads import BertForSequenceClassification
 from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score

@@ -32,7 +32,7 @@ from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_fi
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import BadRows, Examples
 from .results import TaskResult
-from .runner import RunSettings, split_dev  # noqa: F401  (split_dev: where it was)
+from .runner import RunSettings
 from .task import Defaults, Splits, Task
 
 log = logging.getLogger("bertkit")

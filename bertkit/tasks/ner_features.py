@@ -20,7 +20,8 @@ from safetensors.torch import save_file
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..inference.batching import FeatureSource, collate, length_sorted_batches, predict_batches
+from ..batching import FeatureSource, collate, length_sorted_batches
+from ..inference.predict_batches import predict_batches
 from ..device import autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..features import encoder_of, resolve_layer

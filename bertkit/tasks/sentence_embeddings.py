@@ -27,7 +27,7 @@ from torch import nn
 
 from .. import flags
 from ..errors import BertkitError
-from ..inference.batching import collate
+from ..batching import collate
 from ..inference.embed import embed, pool
 from ..metrics.retrieval import retrieval_scores, sts_scores, top_k_similar
 from ..model import BertModel

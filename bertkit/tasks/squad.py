@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import flags
-from ..inference.batching import predict_batches
+from ..inference.predict_batches import predict_batches
 from ..device import add_precision_argument, pick_device, resolve_precision
 from ..errors import BertkitError, counted
 from ..heads import BertForQuestionAnswering

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BertkitError
-from ..inference.windows import check_is_max_context, doc_spans
+from ..batching.windows import check_is_max_context, doc_spans
 from ..metrics.squad import is_squad_v2
 
 log = logging.getLogger("bertkit")

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from ..inference.batching import FeatureSource
+from ..batching import FeatureSource
 from ..device import resolve_precision
 from ..errors import BertkitError
 from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed

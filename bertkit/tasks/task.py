@@ -27,7 +27,8 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-from ..inference.batching import FeatureSource, predict_batches
+from ..batching import FeatureSource
+from ..inference.predict_batches import predict_batches
 from ..hub.checkpoints import model_tokenizer
 from .results import results_document, write_predictions
 from .runs import RunResult

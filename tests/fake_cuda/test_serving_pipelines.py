@@ -96,7 +96,7 @@ def test_fine_tuning_evaluation_and_embeddings_from_a_cuda_model(cuda):
     """predict_batches (every task's dev / test predictions) and embed (sentence embeddings from a
     model object, the training-time evaluators) with the model on CUDA: CPU results out."""
     from bertkit import BertModel
-    from bertkit.inference.batching import predict_batches
+    from bertkit.inference.predict_batches import predict_batches
     from bertkit.inference.embed import embed
     from bertkit.tokenizer import BertTokenizer
     with cuda.cpu():

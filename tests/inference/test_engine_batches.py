@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from bertkit.inference import InferenceEngine
-from bertkit.inference.engine import LENGTH_BUCKET, SINGLE_LENGTH_BUCKET, WARM_UP_LENGTHS, pad_rows
+from bertkit.batching import LENGTH_BUCKET, SINGLE_LENGTH_BUCKET, pad_rows
+from bertkit.inference.engine import WARM_UP_LENGTHS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 

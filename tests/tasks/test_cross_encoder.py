@@ -18,7 +18,8 @@ from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, L
 from bertkit.cli import main
 from bertkit.heads import BertForSequenceClassification, load_model
 from bertkit.inference import InferenceEngine
-from bertkit.inference.batching import collate, predict_batches
+from bertkit.batching import collate
+from bertkit.inference.predict_batches import predict_batches
 from bertkit.serving.command import Server
 from bertkit.tasks.cross_encoder import (RankingExample, group_features, pair_features, read_ranking_file,
                                          reranking_metrics)

@@ -17,7 +17,7 @@ import torch
 from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.inference.batching import predict_batches as predict
+from bertkit.inference.predict_batches import predict_batches as predict
 from bertkit.tasks.examples import subsample
 from bertkit.tasks.results import results_document
 from bertkit.tasks.sweep import run_protocol
@@ -237,7 +237,7 @@ def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     # tokenizer and DataCollatorWithPadding under torch's AdamW and transformers' schedule end on the
     # same model, so any gap between the two on dev comes from seeds, not from the recipe.
     import transformers
-    from bertkit.inference.batching import FeatureSource
+    from bertkit.batching import FeatureSource
     from bertkit.tasks.sweep import train_one
     from bertkit.tokenizer import BertTokenizer
 
