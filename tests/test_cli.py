@@ -27,7 +27,7 @@ def test_every_task_of_the_table_has_its_commands(capsys):
         listed = capsys.readouterr().out
         for task in TASKS.values():
             name = task.evaluate if verb == "evaluate" else task.name
-            if name and hasattr(task.module, f"run_{verb}"):
+            if name and hasattr(task.task, f"run_{verb}"):
                 assert name in listed, (verb, name)
 
 

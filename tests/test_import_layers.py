@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bertkit"
 # may import its own layer and those below.
 LAYERS = [
     ["bertkit.errors", "bertkit.version"],
-    ["bertkit", "bertkit.outputs", "bertkit.tables", "bertkit.finite", "bertkit.flags", "bertkit.config",
+    ["bertkit", "bertkit.outputs", "bertkit.tables", "bertkit.finite", "bertkit.flags", "bertkit.settings",
+     "bertkit.config",
      "bertkit.embedding_resize", "bertkit.device", "bertkit.metrics", "bertkit.hub.resolve"],
     ["bertkit.hub.model_card", "bertkit.tokenizer"],
     ["bertkit.kernels", "bertkit.batching"],

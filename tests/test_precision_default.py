@@ -91,14 +91,20 @@ def test_bf16_when_asked(classifier_dir, tmp_path, caplog):
 def test_every_command_defaults_to_fp32_even_with_native_bf16(command, classifier_dir, monkeypatch):
     monkeypatch.setattr(device, "bf16_supported", lambda _device: True)  # a bf16 CPU, or a GPU
     args = build_parser({command[0]}).parse_args(command)
-    assert args.precision == "fp32"
-    assert device.resolve_precision(args.precision, device.pick_device("cpu")) == "fp32"
+    if command[0] == "finetune":  # a run setting: the default is RunSettings' field, read with the task's
+        from bertkit.tasks.registry import TASKS
+
+        precision = TASKS[command[1]].task.settings_from_args(args).precision
+    else:
+        precision = args.precision
+    assert precision == "fp32"
+    assert device.resolve_precision(precision, device.pick_device("cpu")) == "fp32"
     assert device.resolve_precision("auto", device.pick_device("cpu")) == "bf16"  # what the old default did
 
 
 def test_engine_and_runner_default_to_fp32_with_native_bf16(classifier_dir, monkeypatch):
     from bertkit.inference import engine
-    from bertkit.tasks.runner import RunSettings
+    from bertkit.tasks.settings import RunSettings
 
     monkeypatch.setattr(engine, "resolve_precision",
                         lambda precision, _device: "bf16" if precision == "auto" else precision)

@@ -20,8 +20,8 @@ def _verb(verb: str):
     def entries():
         for task in TASKS.values():
             name = task.evaluate if verb == "evaluate" else task.name
-            if name and hasattr(task.module, f"run_{verb}"):
-                yield name, task.summary, task.module
+            if name and hasattr(task.task, f"run_{verb}"):
+                yield name, task.summary, task.task
         if verb == "evaluate":  # evaluators that are no fine-tuning task's: sts, retrieval, reranking
             for name, evaluator in EVALUATORS.items():
                 yield name, (evaluator.__doc__ or name).strip().splitlines()[0], evaluator
@@ -33,10 +33,10 @@ def _verb(verb: str):
         @staticmethod
         def add_arguments(parser):
             sub = parser.add_subparsers(dest="task", metavar="TASK", required=True)
-            for name, summary, module in entries():
+            for name, summary, surface in entries():
                 p = sub.add_parser(name, help=summary)
-                getattr(module, f"add_{verb}_arguments")(p)
-                p.set_defaults(_task_run=getattr(module, f"run_{verb}"))
+                getattr(surface, f"add_{verb}_arguments")(p)
+                p.set_defaults(_task_run=getattr(surface, f"run_{verb}"))
 
         @staticmethod
         def run_from_args(args):

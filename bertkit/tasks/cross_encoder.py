@@ -40,13 +40,13 @@ from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..metrics.retrieval import reranking_scores, retrieval_scores, scored_query_count
 from . import runner
-from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, sweep_options
 from .cross_encoder_losses import LOSSES, PADDED, CrossEncoderTraining, RankingLoss
 from .examples import BadRows, Examples
 from .glue import GlueExample, GlueTask, glue_features
 from .results import TaskResult
-from .runner import RunSettings
-from .task import Defaults, Splits, Task
+from .settings import Defaults, RunSettings
+from .splits import Splits
+from .task import Task
 from .user_files import label_value, read_table, read_text_file, table_format, text_problem, text_value
 
 log = logging.getLogger("bertkit")
@@ -297,11 +297,54 @@ HEADED = ("BertForSequenceClassification", "BertForTokenClassification", "BertFo
 
 
 class CrossEncoderTask(Task):
-    """A reranker on the user's (query, passage) pairs or query lists (the runner's interface)."""
+    """a reranker (cross-encoder) on your own (query, passage) pairs or query lists
+
+    (the runner's interface; the command line is `bertkit finetune cross-encoder`)."""
 
     name = "cross-encoder"
     HEAD = CrossEncoderTraining
     defaults = CROSS_ENCODER_DEFAULTS
+    own_data, skipped_settings = True, ()
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        parser.add_argument("--train-file", required=True,
+                            help="(query, passage, label) rows as CSV, TSV or JSON lines, or JSON lines of "
+                                 '{"query", "positive": [...], "negative": [...]} or {"query", "passages": [...], '
+                                 '"labels": [...]}')
+        parser.add_argument("--dev-file", default=None,
+                            help="dev data, either layout: each query's candidates are ranked and scored, the "
+                                 "best run kept (without it: --dev-fraction, or one run saved without selection)")
+        parser.add_argument("--loss", choices=tuple(LOSSES), default="bce",
+                            help="bce: binary cross-entropy on each pair (sentence-transformers' "
+                                 "BinaryCrossEntropyLoss; labels 0/1 or in [0, 1]); listnet: each query's passages "
+                                 "in one softmax (ListNetLoss); lambda: LambdaLoss with NDCG-Loss2++ weights over each "
+                                 "query's passage pairs (listnet and lambda: labels any grades >= 0). Default bce")
+        parser.add_argument("--pos-weight", type=flags.positive_float, default=None,
+                            help="bce: weight of the positive pairs' term (e.g. the negatives per positive)")
+        parser.add_argument("--query-column", default=None,
+                            help="column (JSON lines: field) holding the query (default: the first text column; "
+                                 "query lists: query)")
+        parser.add_argument("--passage-column", default=None,
+                            help="column holding the passage (default: the second text column)")
+        parser.add_argument("--label-column", default=None,
+                            help="column holding the label (default: label, else score)")
+        parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
+                            help="file format (default: from the extension: .csv, .tsv, .jsonl)")
+
+    @classmethod
+    def epilog(cls) -> str:
+        d = cls.defaults
+        return (f"One run by default, as sentence-transformers' CrossEncoder training examples: learning "
+                f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet, lambda: "
+                f"queries), {d.single_epochs:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
+                f"--grid paper runs {d.anchor}; comma lists make any grid, best on dev wins.")
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "CrossEncoderTask":
+        return cls(args.train_file, args.dev_file, loss=args.loss, pos_weight=args.pos_weight,
+                   query_column=args.query_column, passage_column=args.passage_column,
+                   label_column=args.label_column, file_format=args.file_format)
 
     def __init__(self, train_file, dev_file=None, *, loss: str = "bce", pos_weight: float | None = None,
                  query_column: str | None = None, passage_column: str | None = None,
@@ -410,64 +453,5 @@ def finetune_cross_encoder(model_dir, train_file, dev_file=None, output_dir=None
     sentence-transformers' CrossEncoder with the same scores) and metrics.jsonl."""
     task = CrossEncoderTask(train_file, dev_file, loss=loss, pos_weight=pos_weight, query_column=query_column,
                             passage_column=passage_column, label_column=label_column, file_format=file_format)
-    d = CROSS_ENCODER_DEFAULTS
-    single = {"learning_rates": (d.single_learning_rate,), "epochs": (d.single_epochs,),
-              "batch_sizes": (d.single_batch_size,)}
-    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(d, **{**single, **options}))
-
-
-# ---------------------------------------------------------------- command line
-
-
-class CrossEncoderFinetuning:
-    """a reranker (cross-encoder) on your own (query, passage) pairs or query lists"""
-
-    HEAD = CrossEncoderTraining
-    read = staticmethod(read_ranking_file)
-    featurize = staticmethod(pair_features)
-    postprocess = staticmethod(group_scores)
-    score = staticmethod(reranking_metrics)
-    finetune = staticmethod(finetune_cross_encoder)
-    BENCHMARKS = ()
-
-    @staticmethod
-    def add_finetune_arguments(parser) -> None:
-        parser.add_argument("--train-file", required=True,
-                            help="(query, passage, label) rows as CSV, TSV or JSON lines, or JSON lines of "
-                                 '{"query", "positive": [...], "negative": [...]} or {"query", "passages": [...], '
-                                 '"labels": [...]}')
-        parser.add_argument("--dev-file", default=None,
-                            help="dev data, either layout: each query's candidates are ranked and scored, the "
-                                 "best run kept (without it: --dev-fraction, or one run saved without selection)")
-        add_dev_fraction_arguments(parser)
-        parser.add_argument("--loss", choices=tuple(LOSSES), default="bce",
-                            help="bce: binary cross-entropy on each pair (sentence-transformers' "
-                                 "BinaryCrossEntropyLoss; labels 0/1 or in [0, 1]); listnet: each query's passages "
-                                 "in one softmax (ListNetLoss); lambda: LambdaLoss with NDCG-Loss2++ weights over each "
-                                 "query's passage pairs (listnet and lambda: labels any grades >= 0). Default bce")
-        parser.add_argument("--pos-weight", type=flags.positive_float, default=None,
-                            help="bce: weight of the positive pairs' term (e.g. the negatives per positive)")
-        parser.add_argument("--query-column", default=None,
-                            help="column (JSON lines: field) holding the query (default: the first text column; "
-                                 "query lists: query)")
-        parser.add_argument("--passage-column", default=None,
-                            help="column holding the passage (default: the second text column)")
-        parser.add_argument("--label-column", default=None,
-                            help="column holding the label (default: label, else score)")
-        parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
-                            help="file format (default: from the extension: .csv, .tsv, .jsonl)")
-        add_sweep_arguments(parser, CROSS_ENCODER_DEFAULTS, own_data=True)
-        d = CROSS_ENCODER_DEFAULTS
-        parser.epilog = (f"One run by default, as sentence-transformers' CrossEncoder training examples: learning "
-                         f"rate {d.single_learning_rate:g}, batch {d.single_batch_size} (pairs; listnet, lambda: "
-                         f"queries), {d.single_epochs:g} epoch, warm-up 10% of the steps, max length {d.max_seq_length}; "
-                         f"--grid paper runs {d.anchor}; comma lists make any grid, best on dev wins.")
-
-    @staticmethod
-    def run_finetune(args) -> int:
-        check_finetune_output(args)
-        finetune_cross_encoder(args.model, args.train_file, args.dev_file, args.output, loss=args.loss,
-                               pos_weight=args.pos_weight, query_column=args.query_column,
-                               passage_column=args.passage_column, label_column=args.label_column,
-                               file_format=args.file_format, **sweep_options(args, CROSS_ENCODER_DEFAULTS))
-        return 0
+    settings = RunSettings.of(**{**CROSS_ENCODER_DEFAULTS.settings(paper=False), **options})
+    return runner.finetune(task, model_dir, output_dir, settings)

@@ -16,9 +16,9 @@ expects, each makes one run at a stated learning rate unless `--grid paper` (the
 for the task) or comma lists ask for a grid; dev is a dev file or `--dev-fraction` of the training
 file, and without either the one run is trained and saved without selection.
 
-Each command is a class with the command-line surface and one line in tasks/registry.py; their
-BENCHMARKS are empty, so `bertkit reproduce` does not run them. Every finetune returns a
-TaskResult and writes the best model to OUTPUT/model.
+Each command is a task class (its command line included) and one line in tasks/registry.py; they
+have no benchmarks, so `bertkit reproduce` does not run them. Every finetune returns a TaskResult
+and writes the best model to OUTPUT/model.
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ from typing import Sequence
 from .. import flags
 from ..errors import BertkitError
 from ..tables import QUOTING
-from ..heads import BertForMultipleChoice, BertForSequenceClassification, BertForTokenClassification
-from ..metrics.conll import evaluate_conll
+from ..heads import BertForSequenceClassification
 from ..metrics.glue import accuracy, pearson, spearman
 from . import runner, squad
-from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, sweep_options
-from .conll_data import ner_features
+from .arguments import check_finetune_output
 from .glue import GlueTask, classification_predictions, glue_features
 from .multiple_choice import PAPER_DEFAULTS as PAPER_MC_DEFAULTS
-from .multiple_choice import choices, finetune_multiple_choice, multiple_choice_features
-from .ner import NerTask, predict_ner
+from .multiple_choice import MultipleChoiceTask
+from .ner import NerTask, add_tagging_arguments
 from .results import TaskResult
-from .runner import RunSettings, split_dev
+from .runner import split_dev
 from .runs import config_text
-from .task import Defaults, Splits, Task
+from .settings import Defaults, RunSettings
+from .splits import Splits
+from .task import Task
 from .user_files import (check_labels, check_tags, is_regression, read_choice_file, read_tagged_file,
                          read_text_file, sorted_labels)
 
@@ -90,10 +90,7 @@ def own_data_settings(defaults: Defaults, settings: RunSettings | None = None, g
     if grid not in (None, "paper"):
         raise BertkitError(f"grid must be \"paper\" or None, not {grid!r}")
     if settings is None:
-        single = {} if grid == "paper" else dict(learning_rates=(defaults.single_learning_rate,),
-                                                  epochs=(defaults.single_epochs,),
-                                                  batch_sizes=(defaults.single_batch_size,))
-        settings = RunSettings.paper(defaults, **single)
+        settings = RunSettings.of(**defaults.settings(paper=grid == "paper"))
     options = {SINGULAR_SETTINGS.get(name, name): value for name, value in options.items()}
     for name in SINGULAR_SETTINGS.values():
         if name in options:
@@ -102,11 +99,35 @@ def own_data_settings(defaults: Defaults, settings: RunSettings | None = None, g
 
 
 class TextClassificationTask(Task):
-    """Sentence (pair) classification or regression on the user's CSV / TSV / JSON lines files."""
+    """sentence (pair) classification or regression on your own CSV / TSV / JSON lines files"""
 
     name = "text-classification"
     HEAD = BertForSequenceClassification
     defaults = TEXT_DEFAULTS
+    own_data, skipped_settings = True, ()
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        add_file_arguments(parser, "CSV, TSV (with a header row) or JSON lines")
+        parser.add_argument("--text-column", default="text", help="column holding the text (default text)")
+        parser.add_argument("--text-pair-column", default=None, help="column holding the second text of a pair")
+        parser.add_argument("--label-column", default="label", help="column holding the label (default label)")
+        kind = parser.add_mutually_exclusive_group()
+        kind.add_argument("--regression", dest="regression", action="store_true", default=None,
+                          help="labels are numbers to predict (default: when some training label has a fraction)")
+        kind.add_argument("--classification", dest="regression", action="store_false",
+                          help="labels are classes even when they are numbers like 0.5")
+        add_table_arguments(parser)
+
+    @classmethod
+    def epilog(cls) -> str:
+        return own_data_epilog(cls.defaults)
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "TextClassificationTask":
+        return cls(args.train_file, args.dev_file, args.test_file, text_column=args.text_column,
+                   text_pair_column=args.text_pair_column, label_column=args.label_column, id_column=args.id_column,
+                   regression=args.regression, file_format=args.file_format, quoting=args.quoting)
 
     def __init__(self, train_file, dev_file=None, test_file=None, *, text_column: str = "text",
                  text_pair_column: str | None = None, label_column: str = "label", id_column: str | None = None,
@@ -220,7 +241,8 @@ def finetune_token_classification(model_dir, train_file, dev_file=None, output_d
     data = _tagging_data(train_file, dev_file, test_file, s.dev_fraction, s.split_seed, skip_bad_rows=s.skip_bad_rows,
                          tag_column=tag_column, tokens_field=tokens_field, tags_field=tags_field)
     select_on = "accuracy" if data["train"].scheme == "tags" else "f1"
-    task = NerTask(data=data, doc_context=doc_context, cased=cased, select_on=select_on, name="token-classification")
+    task = TokenClassificationTask(data=data, doc_context=doc_context, cased=cased, select_on=select_on,
+                                   name="token-classification")
     # Dev is held out of whole sentences above, so the runner splits nothing further.
     return runner.finetune(task, model_dir, output_dir, dataclasses.replace(s, dev_fraction=None))
 
@@ -270,9 +292,8 @@ def finetune_choices(model_dir, train_file, dev_file=None, output_dir=None, test
     reader = functools.partial(_read_choices, question_column=question_column, choice_columns=list(choice_columns),
                                label_column=label_column, context_column=context_column, id_column=id_column,
                                fmt=file_format, quoting=quoting)
-    s = own_data_settings(MC_DEFAULTS, settings, **options)
-    return finetune_multiple_choice(model_dir, train_file, dev_file, output_dir, test_file=test_file, reader=reader,
-                                    task_name="multiple-choice", requires_dev=False, **dataclasses.asdict(s))
+    task = MultipleChoiceFiles(train_file, dev_file, test_file, reader)
+    return runner.finetune(task, model_dir, output_dir, own_data_settings(MC_DEFAULTS, settings, **options))
 
 
 def _read_choices(path, skip_bad_rows=False, **columns):
@@ -284,9 +305,6 @@ def _read_choices(path, skip_bad_rows=False, **columns):
 
 # Windows of 384 as the paper's SQuAD settings (§4.2); --grid paper: its lr 5e-5, batch 32, 3 epochs.
 QA_DEFAULTS = dataclasses.replace(squad.SQUAD_DEFAULTS, **OWN_DATA_RUN)
-
-
-QuestionAnsweringTask = squad.SquadTask  # the user's SQuAD-format files: the SQuAD task object itself
 
 
 def finetune_question_answering(model_dir, train_file, dev_file=None, output_dir=None, *, version: str | None = None,
@@ -348,16 +366,15 @@ def finetune(task: str, model, train_file, output=None, *, dev_file=None, test_f
 # ---------------------------------------------------------------- command line
 
 
-def _add_file_arguments(parser, what: str) -> None:
+def add_file_arguments(parser, what: str) -> None:
     parser.add_argument("--train-file", required=True, help=f"training data: {what}")
     parser.add_argument("--dev-file", default=None,
                         help="dev data, same layout: selects the best run (without it: --dev-fraction, or one run "
                              "trained and saved without selection)")
     parser.add_argument("--test-file", default=None, help="data to predict after training (labels optional)")
-    add_dev_fraction_arguments(parser)
 
 
-def _add_table_arguments(parser) -> None:
+def add_table_arguments(parser) -> None:
     parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
                         help="file format (default: from the extension: .csv, .tsv, .jsonl)")
     parser.add_argument("--quoting", choices=QUOTING, default=None,
@@ -366,108 +383,67 @@ def _add_table_arguments(parser) -> None:
     parser.add_argument("--id-column", default=None, help="column copied to the prediction files (default: line number)")
 
 
-def _epilog(defaults) -> str:
+def own_data_epilog(defaults) -> str:
     return (f"One run by default (learning rate {defaults.single_learning_rate:g}, batch {defaults.single_batch_size}, "
             f"{defaults.single_epochs:g} epochs: transformers' Trainer defaults); --grid paper runs {defaults.anchor}; "
             "comma lists make any grid, best on dev wins.")
 
 
-class TextClassification:
-    """sentence (pair) classification or regression on your own CSV / TSV / JSON lines files"""
-
-    HEAD = BertForSequenceClassification
-    read = staticmethod(read_text_file)
-    featurize = staticmethod(glue_features)
-    postprocess = staticmethod(classification_predictions)
-    score = staticmethod(classification_metrics)
-    finetune = staticmethod(finetune_text_classification)
-    BENCHMARKS = ()
-
-    @staticmethod
-    def add_finetune_arguments(parser) -> None:
-        _add_file_arguments(parser, "CSV, TSV (with a header row) or JSON lines")
-        parser.add_argument("--text-column", default="text", help="column holding the text (default text)")
-        parser.add_argument("--text-pair-column", default=None, help="column holding the second text of a pair")
-        parser.add_argument("--label-column", default="label", help="column holding the label (default label)")
-        kind = parser.add_mutually_exclusive_group()
-        kind.add_argument("--regression", dest="regression", action="store_true", default=None,
-                          help="labels are numbers to predict (default: when some training label has a fraction)")
-        kind.add_argument("--classification", dest="regression", action="store_false",
-                          help="labels are classes even when they are numbers like 0.5")
-        _add_table_arguments(parser)
-        add_sweep_arguments(parser, TEXT_DEFAULTS, own_data=True)
-        parser.epilog = _epilog(TEXT_DEFAULTS)
-
-    @staticmethod
-    def run_finetune(args) -> int:
-        check_finetune_output(args)
-        finetune_text_classification(
-            args.model, args.train_file, args.dev_file, args.output, args.test_file, text_column=args.text_column,
-            text_pair_column=args.text_pair_column, label_column=args.label_column, id_column=args.id_column,
-            regression=args.regression, file_format=args.file_format, quoting=args.quoting,
-            **sweep_options(args, TEXT_DEFAULTS))
-        return 0
-
-
-class TokenClassification:
+class TokenClassificationTask(NerTask):
     """token classification (NER, any tag set) on your own CoNLL-style or JSON lines files"""
 
-    HEAD = BertForTokenClassification
-    read = staticmethod(read_tagged_file)
-    featurize = staticmethod(ner_features)
-    postprocess = staticmethod(predict_ner)
-    score = staticmethod(evaluate_conll)
-    finetune = staticmethod(finetune_token_classification)
-    BENCHMARKS = ()
+    defaults = TOKEN_DEFAULTS
+    own_data = True
+    skipped_settings = ("subset_seed",)  # quick runs keep the first sentences, as ner's
 
-    @staticmethod
-    def add_finetune_arguments(parser) -> None:
-        _add_file_arguments(parser, "CoNLL-style (token ... tag per line, blank line between sentences) or "
-                                    ".jsonl ({\"tokens\": [...], \"tags\": [...]} per line)")
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        add_file_arguments(parser, "CoNLL-style (token ... tag per line, blank line between sentences) or "
+                                   ".jsonl ({\"tokens\": [...], \"tags\": [...]} per line)")
         parser.add_argument("--tag-column", type=flags.positive_int, default=None,
                             help="CoNLL-style: the tag's column, counting from 1 (default: the last)")
         parser.add_argument("--tokens-field", default="tokens", help="JSON lines: the tokens' field (default tokens)")
         parser.add_argument("--tags-field", default="tags", help="JSON lines: the tags' field (default tags)")
-        parser.add_argument("--doc-context", action="store_true",
-                            help="fill each window with neighbouring sentences of the same document")
-        case = parser.add_mutually_exclusive_group()
-        case.add_argument("--cased", dest="cased", action="store_true", default=None,
-                          help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
-        case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
-        add_sweep_arguments(parser, TOKEN_DEFAULTS, own_data=True)
-        parser.epilog = _epilog(TOKEN_DEFAULTS)
+        add_tagging_arguments(parser)
 
-    @staticmethod
-    def run_finetune(args) -> int:
+    @classmethod
+    def epilog(cls) -> str:
+        return own_data_epilog(cls.defaults)
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
         check_finetune_output(args)
-        if args.eval_steps:
+        settings = cls.settings_from_args(args)
+        if settings.eval_steps:
             raise BertkitError("--eval-steps: token classification scores dev after each run (or, with "
                                "--early-stopping-patience, after each epoch)")
         result = finetune_token_classification(
             args.model, args.train_file, args.dev_file, args.output, args.test_file, tag_column=args.tag_column,
             tokens_field=args.tokens_field, tags_field=args.tags_field, doc_context=args.doc_context,
-            cased=args.cased, **sweep_options(args, TOKEN_DEFAULTS))
+            cased=args.cased, settings=settings)
         best = result.document["best"]
         scores = "" if best["dev"] is None else \
             f": dev F1 {best['dev']['f1']:.4f}, accuracy {best['dev']['accuracy']:.4f}"
         log.info(f"{Path(args.train_file).stem}: best run {config_text(best['config'])}{scores}; wrote {args.output}")
         return 0
 
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        return ()  # CoNLL-2003 stays under the `ner` task
 
-class MultipleChoice:
+
+class MultipleChoiceFiles(MultipleChoiceTask):
     """multiple choice on your own CSV / TSV / JSON lines files"""
 
-    HEAD = BertForMultipleChoice
-    read = staticmethod(read_choice_file)
-    featurize = staticmethod(multiple_choice_features)
-    postprocess = staticmethod(choices)
-    score = staticmethod(accuracy)
-    finetune = staticmethod(finetune_choices)
-    BENCHMARKS = ()
+    defaults = MC_DEFAULTS
+    own_data, skipped_settings = True, ()
 
-    @staticmethod
-    def add_finetune_arguments(parser) -> None:
-        _add_file_arguments(parser, "CSV, TSV (with a header row) or JSON lines")
+    def __init__(self, train_file, dev_file=None, test_file=None, reader=None):
+        super().__init__(train_file, dev_file, test_file, reader, task_name="multiple-choice", requires_dev=False)
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        add_file_arguments(parser, "CSV, TSV (with a header row) or JSON lines")
         parser.add_argument("--question-column", default="question", help="column holding the question (or prompt)")
         parser.add_argument("--context-column", default=None,
                             help="column holding a passage read before the question (optional)")
@@ -476,55 +452,47 @@ class MultipleChoice:
                                  "(default choices)")
         parser.add_argument("--label-column", default="label",
                             help="column holding the answer: a choice column's name, a 0-based number or the text")
-        _add_table_arguments(parser)
-        add_sweep_arguments(parser, MC_DEFAULTS, own_data=True)
-        parser.epilog = _epilog(MC_DEFAULTS)
+        add_table_arguments(parser)
 
-    @staticmethod
-    def run_finetune(args) -> int:
+    @classmethod
+    def epilog(cls) -> str:
+        return own_data_epilog(cls.defaults)
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
         check_finetune_output(args)
         finetune_choices(args.model, args.train_file, args.dev_file, args.output, args.test_file,
                          question_column=args.question_column, choice_columns=args.choice_columns,
                          label_column=args.label_column, context_column=args.context_column,
                          id_column=args.id_column, file_format=args.file_format, quoting=args.quoting,
-                         **sweep_options(args, MC_DEFAULTS))
+                         settings=cls.settings_from_args(args))
         return 0
 
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        return ()  # multiple_choice.py's SWAG-format benchmarks stay under the `swag` task
 
-class QuestionAnswering:
+
+class QuestionAnsweringTask(squad.SquadTask):
     """extractive question answering on your own SQuAD v1.1 / v2.0 JSON files"""
 
-    HEAD = squad.HEAD
-    read = staticmethod(squad.read)
-    featurize = staticmethod(squad.featurize)
-    postprocess = staticmethod(squad.postprocess)
-    score = staticmethod(squad.score)
-    finetune = staticmethod(finetune_question_answering)
-    BENCHMARKS = ()  # squad.py's SQuAD benchmarks stay under the `squad` task
+    defaults = QA_DEFAULTS
+    own_data = True
+    skipped_settings = ("dev_fraction", "split_seed")  # dev is a SQuAD file: questions are not split off
 
-    @staticmethod
-    def add_finetune_arguments(parser) -> None:
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
         parser.add_argument("--train-file", required=True, help="training data: SQuAD JSON (v1.1, or v2.0 with "
                                                                 "is_impossible)")
         parser.add_argument("--dev-file", default=None,
                             help="dev data, same layout, with answers: selects the best run (without it: one run "
                                  "trained and saved without selection)")
-        add_sweep_arguments(parser, QA_DEFAULTS, own_data=True)
-        parser.add_argument("--max-eval-examples", type=flags.positive_int, default=None,
-                            help="evaluate on a seeded random sample of N dev questions (quick runs)")
-        parser.add_argument("--subset-seed", type=flags.seed, default=0,
-                            help="seed of the --max-train-examples / --max-eval-examples samples (default 0)")
         squad.add_window_arguments(parser)
-        parser.epilog = _epilog(QA_DEFAULTS)
 
-    @staticmethod
-    def run_finetune(args) -> int:
-        check_finetune_output(args)
-        finetune_question_answering(
-            args.model, args.train_file, args.dev_file, args.output, version=args.version,
-            doc_stride=args.doc_stride, max_query_length=args.max_query_length,
-            n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
-            null_score_diff_threshold=args.null_score_diff_threshold,
-            search_null_threshold=not args.no_threshold_search, max_eval_examples=args.max_eval_examples,
-            subset_seed=args.subset_seed, **sweep_options(args, QA_DEFAULTS))
-        return 0
+    @classmethod
+    def epilog(cls) -> str:
+        return own_data_epilog(cls.defaults)
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "QuestionAnsweringTask":
+        return cls(args.train_file, args.dev_file, version=args.version, **squad.window_options(args))

@@ -10,11 +10,10 @@ The story of the module, top to bottom:
   6. outputs: results.json, dev predictions, GLUE server submission files, the model,
      and for several tasks a table laid out like the paper's Table 1.
 
-The task surface (tasks/task.py): read = `load_glue_task`, featurize = `glue_features`, HEAD =
-BertForSequenceClassification, postprocess = `classification_predictions`, score = `evaluate_glue`,
-finetune = `finetune_glue` -> TaskResult. The sweep protocol, its outputs and flags live in
-`common.py`, shared with `multiple_choice.py`. Task names ("sst2", "MNLI-mm") are the GLUE metrics'
-names (bertkit.metrics.glue.canonical_task_name); mnli-mm is MNLI's mismatched split.
+The task class (tasks/task.py) is `GlueFinetuning`, one GLUE task's fine-tuning and the
+`bertkit finetune glue` command; the sweep protocol and its outputs are the runner's
+(tasks/runner.py). Task names ("sst2", "MNLI-mm") are the GLUE metrics' names
+(bertkit.metrics.glue.canonical_task_name); mnli-mm is MNLI's mismatched split.
 """
 
 from __future__ import annotations
@@ -33,14 +32,15 @@ from ..errors import BertkitError
 from ..heads import BertForSequenceClassification
 from ..metrics.glue import TASK_METRICS, canonical_task_name, compute_glue_metrics, glue_score, task_score
 from ..outputs import atomic_write_text, write_json
-from .arguments import add_data_dir_argument, add_sweep_arguments, check_finetune_output, sweep_options
+from .arguments import add_data_dir_argument, check_finetune_output
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import BadRows, Examples, resolve_data_dir
 from .results import TaskResult, write_predictions
 from . import runner
-from .runner import RunSettings
+from .settings import Defaults, RunSettings
+from .splits import Splits
 from .sweep import predict_precision
-from .task import Defaults, Splits, Task
+from .task import Task
 
 log = logging.getLogger("bertkit")
 
@@ -299,11 +299,35 @@ def evaluate_glue(task: GlueTask, predictions: list, examples: Sequence[GlueExam
 
 
 class GlueFinetuning(Task):
-    """One GLUE task's fine-tuning (the runner's interface, tasks/task.py): its row of GLUE_TASKS and
-    the data folder."""
+    """GLUE: fine-tune on one task (or all of them) with the paper's protocol (paper §4.1, appendix A.3).
+
+    One GLUE task's fine-tuning (the runner's interface, tasks/task.py): its row of GLUE_TASKS and
+    the data folder; `bertkit finetune glue --task` names one task or several."""
 
     HEAD = BertForSequenceClassification
     defaults = PAPER_DEFAULTS
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        parser.add_argument("--task", required=True,
+                            help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI (case-insensitive; sst2, stsb "
+                                 "also accepted), a comma list, or 'all' (every task with train and dev files)")
+        add_data_dir_argument(parser, "glue/<Task>/ or <Task>/")
+
+    @classmethod
+    def epilog(cls) -> str:
+        return ("Defaults follow the paper: batch 32, 3 epochs, max length 128, and the learning rate chosen on dev "
+                "among 5e-5, 4e-5, 3e-5, 2e-5 (four runs per task).")
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
+        check_finetune_output(args)
+        finetune_glue(args.task, args.model, args.data_dir, args.output, settings=cls.settings_from_args(args))
+        return 0
+
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        return tuple(_benchmark(GLUE_TASKS[name]) for name in TABLE_TASKS)
 
     def __init__(self, row: GlueTask, data_dir: Path):
         self.row, self.data_dir = row, data_dir
@@ -360,21 +384,24 @@ def glue_head(row: GlueTask) -> dict:
     return dict(id2label=dict(enumerate(row.labels)), problem_type="single_label_classification")
 
 
-def finetune_glue(task, model_dir, data_dir=None, output_dir=None, **options) -> TaskResult:
+def finetune_glue(task, model_dir, data_dir=None, output_dir=None, settings: RunSettings | None = None,
+                  **options) -> TaskResult:
     """Fine-tune on one GLUE task with the paper's protocol; the TaskResult's document is results.json.
 
     Every (learning rate, epochs, batch size, seed) combination is one run; the best dev task score
     wins (MNLI: matched accuracy), as in the paper. `task` may also be 'all' or a list of tasks:
     see `finetune_glue_tasks`. With `output_dir`, writes OUTPUT/<Task>/ (results.json,
     dev_predictions.tsv, the GLUE submission files, model/, the best run's metrics.jsonl, and every
-    run's in runs/<run>/). `options` are the runner's RunSettings (default: the paper's GLUE grid).
+    run's in runs/<run>/). `settings`, or `options` (RunSettings fields): default the paper's GLUE grid.
     """
+    if settings is not None and options:
+        raise BertkitError("give settings= or run options, not both")
+    settings = settings or RunSettings.paper(PAPER_DEFAULTS, **options)
     if isinstance(task, (list, tuple)) or str(task).lower() == "all" or "," in str(task):
-        return finetune_glue_tasks(task, model_dir, data_dir, output_dir, **options)
+        return finetune_glue_tasks(task, model_dir, data_dir, output_dir, settings)
     row = glue_task(task)
     if not row.label:
         raise BertkitError("AX has no training data: it is predicted with the MNLI model (--task mnli)")
-    settings = RunSettings.paper(PAPER_DEFAULTS, **options)
     return runner.finetune(GlueFinetuning(row, resolve_data_dir(data_dir)), model_dir, output_dir, settings)
 
 
@@ -424,11 +451,16 @@ def write_submission(task: GlueTask, model, tokenizer, data_dir, out: Path, test
 # ---------------------------------------------------------------- 6. several tasks: the Table 1 layout
 
 
-def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, **options) -> TaskResult:
+def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, settings: RunSettings | None = None,
+                        **options) -> TaskResult:
     """Run `finetune_glue` for each task ('all': every task whose train and dev files exist, in the
     paper's Table 1 order) and build the paper-style table; with output_dir also writes
-    OUTPUT/glue_table.md and OUTPUT/results.json. The result's headline is the GLUE score."""
+    OUTPUT/glue_table.md and OUTPUT/results.json. The result's headline is the GLUE score. `settings`,
+    or `options` (RunSettings fields): default the paper's GLUE grid."""
     data_dir = resolve_data_dir(data_dir)
+    if settings is not None and options:
+        raise BertkitError("give settings= or run options, not both")
+    settings = settings or RunSettings.paper(PAPER_DEFAULTS, **options)
     if isinstance(tasks, str) and tasks.strip().lower() == "all":
         chosen = [GLUE_TASKS[name] for name in TABLE_TASKS if has_train_and_dev(GLUE_TASKS[name], data_dir)]
         if not chosen:
@@ -444,11 +476,11 @@ def finetune_glue_tasks(tasks, model_dir, data_dir=None, output_dir=None, **opti
     per_task = {}
     for spec in chosen:
         finished = None if output_dir is None else Path(output_dir) / spec.folder / "results.json"
-        if options.get("resume") and finished.is_file():  # written last: the task's sweep and outputs are complete
+        if settings.resume and finished.is_file():  # written last: the task's sweep and outputs are complete
             log.info(f"{spec.folder}: finished before ({finished}), kept")
             per_task[spec.folder] = json.loads(finished.read_text(encoding="utf-8"))
             continue
-        per_task[spec.folder] = finetune_glue(spec.name, model_dir, data_dir, output_dir, **options).document
+        per_task[spec.folder] = finetune_glue(spec.name, model_dir, data_dir, output_dir, settings).document
     table = glue_table({name: r["metrics"] for name, r in per_task.items()})
     results = {"tasks": per_task, "table": table["markdown"], "glue_score": table["glue_score"],
                "glue_score_tasks": table["glue_score_tasks"]}
@@ -504,33 +536,7 @@ def glue_table(metrics_by_folder: dict[str, dict]) -> dict:
     return {"markdown": "\n".join([header, rule, row, ""] + notes), "glue_score": score, "glue_score_tasks": scored}
 
 
-# ---------------------------------------------------------------- command line
-
-
-def add_finetune_arguments(parser) -> None:
-    parser.add_argument("--task", required=True,
-                        help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI (case-insensitive; sst2, stsb "
-                             "also accepted), a comma list, or 'all' (every task with train and dev files)")
-    add_data_dir_argument(parser, "glue/<Task>/ or <Task>/")
-    add_sweep_arguments(parser, PAPER_DEFAULTS)
-    parser.epilog = ("Defaults follow the paper: batch 32, 3 epochs, max length 128, and the learning rate chosen "
-                     "on dev among 5e-5, 4e-5, 3e-5, 2e-5 (four runs per task).")
-
-
-def run_finetune(args) -> int:
-    check_finetune_output(args)
-    finetune_glue(args.task, args.model, args.data_dir, args.output, **sweep_options(args))
-    return 0
-
-
-# ---------------------------------------------------------------- the task surface and its benchmarks
-
-HEAD = BertForSequenceClassification
-read = load_glue_task
-featurize = glue_features
-postprocess = classification_predictions
-score = evaluate_glue
-finetune = finetune_glue
+# ---------------------------------------------------------------- benchmarks
 
 
 def run_benchmark(task: GlueTask, settings: BenchmarkSettings) -> TaskResult:
@@ -547,5 +553,3 @@ def _benchmark(task: GlueTask) -> Benchmark:
     return Benchmark(name=task.name, label=task.folder, has_data=lambda data_dir: has_train_and_dev(task, data_dir),
                      run=lambda settings: run_benchmark(task, settings))
 
-
-BENCHMARKS = tuple(_benchmark(GLUE_TASKS[name]) for name in TABLE_TASKS)

@@ -6,10 +6,8 @@ original set-up and transformers' run_swag: the context is `sent1`, the second s
 a softmax over the endings; the metric is accuracy. Training uses the same sweep protocol as GLUE
 (grid x restarts, best dev accuracy wins); the paper's SWAG settings are lr 2e-5, batch 16, 3 epochs.
 
-The task surface (tasks/task.py): read = `read_swag_file`, featurize = `multiple_choice_features`,
-HEAD = BertForMultipleChoice, postprocess = `choices`, score = `accuracy`, finetune =
-`finetune_multiple_choice` -> TaskResult. Benchmarks: the SWAG-format files under
-DATA/multiple-choice/ (`MC_FILES`).
+The task class (tasks/task.py) is `MultipleChoiceTask`, also the `bertkit finetune swag` command;
+its benchmarks are the SWAG-format files under DATA/multiple-choice/ (`MC_FILES`).
 """
 
 from __future__ import annotations
@@ -28,12 +26,12 @@ from ..errors import BertkitError
 from ..heads import BertForMultipleChoice
 from ..metrics.glue import accuracy
 from . import runner
-from .arguments import add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, sweep_options
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import BadRows, Examples
 from .results import TaskResult
-from .runner import RunSettings
-from .task import Defaults, Splits, Task
+from .settings import Defaults, RunSettings
+from .splits import Splits
+from .task import Task
 
 log = logging.getLogger("bertkit")
 
@@ -163,12 +161,33 @@ PAPER_DEFAULTS = Defaults(learning_rates=(2e-5,), epochs=(3,), batch_sizes=(16,)
 
 
 class MultipleChoiceTask(Task):
-    """Multiple choice from files read by `reader(path, skip_bad_rows)` (default: SWAG's layout)."""
+    """SWAG-style multiple choice: pick the ending that follows a context (paper §4.4, appendix A.3).
+
+    From files read by `reader(path, skip_bad_rows)` (default: SWAG's layout)."""
 
     HEAD = BertForMultipleChoice
     defaults = PAPER_DEFAULTS
     metric = "accuracy"
     selection = "best dev accuracy"
+    skipped_settings = ()  # --dev-fraction: the benchmarks' files have no dev split
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        parser.add_argument("--train-file", required=True, help="SWAG-style CSV (or JSON lines) with labels")
+        parser.add_argument("--dev-file", default=None, help="labelled dev file; without it see --dev-fraction")
+        parser.add_argument("--test-file", default=None, help="file to predict (labels optional)")
+
+    @classmethod
+    def epilog(cls) -> str:
+        return "Defaults follow the paper's SWAG settings: lr 2e-5, batch 16, 3 epochs, max length 128."
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "MultipleChoiceTask":
+        return cls(args.train_file, args.dev_file, args.test_file)
+
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        return tuple(_benchmark(name) for name in MC_FILES)
 
     def __init__(self, train_file, dev_file=None, test_file=None, reader: Callable[..., Examples] = read_swag_file,
                  task_name: str = "swag", requires_dev: bool = True):
@@ -205,17 +224,15 @@ class MultipleChoiceTask(Task):
 
 
 def finetune_multiple_choice(model_dir, train_file, dev_file=None, output_dir=None, test_file=None,
-                             reader: Callable[..., Examples] = read_swag_file, task_name: str = "swag",
-                             requires_dev: bool = True, **options) -> TaskResult:
+                             reader: Callable[..., Examples] = read_swag_file, **options) -> TaskResult:
     """Fine-tune BertForMultipleChoice with the paper's protocol; the TaskResult's document is results.json.
 
     Without a dev file, `dev_fraction` of the train file (seeded by split_seed) is held out as dev
-    (`requires_dev` False: with neither, one run is trained and saved without selection).
     With output_dir: results.json, dev_predictions.tsv, test_predictions.tsv (when a test file is
     given), model/ (the best run, Hugging Face layout) and metrics.jsonl (the best run's; every
     run's in runs/<run>/). `reader(path, skip_bad_rows)` reads each file (default: SWAG's layout);
-    `options` are the runner's RunSettings (default: the paper's SWAG settings)."""
-    task = MultipleChoiceTask(train_file, dev_file, test_file, reader, task_name, requires_dev)
+    `options` are RunSettings fields (default: the paper's SWAG settings)."""
+    task = MultipleChoiceTask(train_file, dev_file, test_file, reader)
     return runner.finetune(task, model_dir, output_dir, RunSettings.paper(PAPER_DEFAULTS, **options))
 
 
@@ -224,30 +241,7 @@ def choices(logits: Sequence[torch.Tensor]) -> list[int]:
     return [int(v.argmax()) for v in logits]
 
 
-def add_finetune_arguments(parser) -> None:
-    parser.add_argument("--train-file", required=True, help="SWAG-style CSV (or JSON lines) with labels")
-    parser.add_argument("--dev-file", default=None, help="labelled dev file; without it see --dev-fraction")
-    parser.add_argument("--test-file", default=None, help="file to predict (labels optional)")
-    add_dev_fraction_arguments(parser)
-    add_sweep_arguments(parser, PAPER_DEFAULTS)
-    parser.epilog = "Defaults follow the paper's SWAG settings: lr 2e-5, batch 16, 3 epochs, max length 128."
-
-
-def run_finetune(args) -> int:
-    check_finetune_output(args)
-    finetune_multiple_choice(args.model, args.train_file, args.dev_file, args.output, test_file=args.test_file,
-                             **sweep_options(args))
-    return 0
-
-
-# ---------------------------------------------------------------- the task surface and its benchmarks
-
-HEAD = BertForMultipleChoice
-read = read_swag_file
-featurize = multiple_choice_features
-postprocess = choices
-score = accuracy
-finetune = finetune_multiple_choice
+# ---------------------------------------------------------------- benchmarks
 
 # Benchmark -> its file under the data folder (no dev file: a seeded fraction of it is held out)
 MC_FILES = {"codah": "multiple-choice/codah.csv", "hellaswag": "multiple-choice/hellaswag_val.csv",
@@ -269,5 +263,3 @@ def _benchmark(name: str) -> Benchmark:
     return Benchmark(name=name, label=label, has_data=lambda data_dir: (data_dir / MC_FILES[name]).is_file(),
                      run=lambda settings: run_benchmark(name, settings))
 
-
-BENCHMARKS = tuple(_benchmark(name) for name in MC_FILES)

@@ -29,22 +29,22 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import flags
+from .. import settings as setting_flags
 from ..inference.predict_batches import predict_batches
-from ..device import add_precision_argument, pick_device, resolve_precision
+from ..device import pick_device, resolve_precision
 from ..errors import BertkitError
 from ..heads import BertForTokenClassification
 from ..hub.checkpoints import load_tokenizer
 from ..metrics.conll import evaluate_conll, evaluate_conll_file
 from . import runner
-from .arguments import (FINETUNE_DROPOUT, MIN_SEQ_LENGTH, add_data_dir_argument, add_dropout_argument,
-                        add_max_examples_arguments, add_overwrite_argument, add_resume_argument,
-                        check_finetune_output, parse_list)
+from .arguments import add_data_dir_argument, check_finetune_output, parse_list
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import subsample
 from .results import TaskResult, summarize
-from .runner import RunSettings
 from .runs import RunResult
-from .task import Defaults, Runtime, Splits, Task
+from .settings import DEV_FRACTION, Defaults, RunSettings
+from .splits import Runtime, Splits
+from .task import Task
 from .conll_data import (TAG_SCHEMES, ConllData, Sentence, detect_scheme, find_conll_files,
                          label_list, ner_features, read_conll, to_iob1, to_iob2, to_scheme, word_pieces,
                          write_predictions)
@@ -112,7 +112,9 @@ SPLIT_FILES = {"dev": "valid", "test": "test"}  # the runner's split names -> Co
 
 
 class NerTask(Task):
-    """Tagging CoNLL-style sentences (CoNLL-2003, or a user's files as `data`): first-piece labels, the
+    """CoNLL-2003 named-entity recognition (paper §5.3): fine-tune, predict, score.
+
+    Tagging CoNLL-style sentences (CoNLL-2003, or a user's files as `data`): first-piece labels, the
     windows of conll_data.py, conlleval on dev and on a labelled test file (scored every run, not
     selecting). results.json keeps NER's own layout (`document`)."""
 
@@ -120,6 +122,62 @@ class NerTask(Task):
     defaults = NER_DEFAULTS
     phase = "ner"
     evaluates_in_loop = False  # dev after each run (each epoch with early stopping), as before the runner
+    # Dev is CoNLL's valid file; quick runs keep the first sentences (no subset seed); dev is scored
+    # after each run or epoch, not every N steps.
+    skipped_settings = DEV_FRACTION + ("subset_seed", "eval_steps")
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        add_data_dir_argument(parser, "conll2003/{train,valid,test}.txt or {train,valid,test}.txt")
+        add_tagging_arguments(parser)
+        parser.add_argument("--tag-scheme", choices=TAG_SCHEMES, default="file",
+                            help="file: train on the file's tags; iob2: convert IOB1 training tags to IOB2 "
+                                 "(predictions are written in the file's scheme either way)")
+        feature = parser.add_argument_group("feature-based (frozen encoder + 2-layer BiLSTM tagger, the paper's §5.3)")
+        feature.add_argument("--feature-based", action="store_true", help="train BiLSTM taggers on frozen features "
+                             f"instead (learning rate {FEATURE_BASED['learning_rate']:g} and "
+                             f"{FEATURE_BASED['epochs']:g} epochs unless given)")
+        feature.add_argument("--layers", default="concat-last-four", help=FEATURE_VARIANTS_HELP)
+        feature.add_argument("--lstm-size", type=flags.positive_int, default=768,
+                             help="BiLSTM units per direction (768 in the paper)")
+        feature.add_argument("--lstm-dropout", type=flags.probability, default=0.5)
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "NerTask":
+        return cls(args.data_dir, doc_context=args.doc_context, tag_scheme=args.tag_scheme, cased=args.cased)
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
+        check_finetune_output(args)
+        if args.feature_based:
+            results = run_feature_based(args)
+            summary = {v: {"dev_f1": r["dev"]["f1"], "test_f1": (r.get("test") or {}).get("f1")}
+                       for v, r in results["variants"].items()}
+        else:
+            settings = cls.settings_from_args(args)
+            results = runner.finetune(cls.from_args(args, settings), args.model, args.output, settings).document
+            summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
+                       "test_f1": (results["best"]["test"] or {}).get("f1")}
+        bad = {k: v for k, v in results["bad_rows"].items() if v}
+        if bad:
+            summary["skipped_bad_rows"] = bad
+        print(json.dumps(summary))
+        return 0
+
+    @classmethod
+    def add_evaluate_arguments(cls, parser) -> None:
+        parser.add_argument("file", metavar="FILE",
+                            help="conlleval input: token ... gold predicted per line, blank line between sentences")
+
+    @classmethod
+    def run_evaluate(cls, args) -> int:
+        print(json.dumps(evaluate_prediction_file(args.file).document["metrics"]))
+        return 0
+
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        return (Benchmark(name="ner", label="CoNLL NER F1", run=run_benchmark,
+                          has_data=lambda data_dir: (data_dir / "conll2003" / "train.txt").is_file()),)
 
     def __init__(self, data_dir=None, data: dict[str, ConllData] | None = None, *, doc_context: bool = False,
                  tag_scheme: str = "file", cased: bool | None = None, select_on: str = "f1", name: str = "ner",
@@ -244,103 +302,48 @@ def finetune_ner(model_dir: str | Path, data_dir: str | Path | None = None, outp
     return runner.finetune(task, model_dir, output_dir, RunSettings.paper(NER_DEFAULTS, **options))
 
 
-# ---------------------------------------------------------------- CLI: bertkit finetune ner / evaluate conll
+# ---------------------------------------------------------------- CLI: bertkit finetune ner --feature-based
 
 FEATURE_VARIANTS_HELP = ("embeddings, last, second-to-last, sum-last-four, concat-last-four, weighted-sum-all "
                          "(comma list: one tagger each, the paper's Table 7)")
+# The feature-based taggers' recipe where the flags give none (the paper's §5.3 taggers train far
+# longer at a larger rate than fine-tuning does), and the RunSettings flags they take.
+FEATURE_BASED = {"learning_rate": 1e-3, "epochs": 4}
+FEATURE_BASED_SETTINGS = {"learning_rates", "epochs", "batch_sizes", "seeds", "max_seq_length", "precision", "device",
+                          "max_train_examples", "max_eval_examples", "skip_bad_rows", "warmup_ratio"}
 
 
-def add_finetune_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
-    add_data_dir_argument(parser, "conll2003/{train,valid,test}.txt or {train,valid,test}.txt")
-    parser.add_argument("--output", required=True, help="output directory")
-    add_overwrite_argument(parser)
-    add_resume_argument(parser)
-    parser.add_argument("--learning-rate", default=None, type=flags.comma_list(flags.positive_float),
-                        help="comma list allowed (a sweep, best on dev F1); default 5e-5, or 1e-3 with --feature-based")
-    parser.add_argument("--epochs", default=None, type=flags.comma_list(flags.positive_number), help="comma list allowed; default 3, or 4 with --feature-based")
-    parser.add_argument("--batch-size", default="32", type=flags.comma_list(flags.positive_int), help="comma list allowed")
-    parser.add_argument("--seed", default="42", type=flags.comma_list(flags.seed), help="comma list = restarts")
-    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=128)
+def add_tagging_arguments(parser) -> None:
+    """How sentences become windows and which case the vocabulary sees (ner and token-classification)."""
     parser.add_argument("--doc-context", action="store_true",
                         help="fill each window with neighbouring sentences of the same document; predict the centre one")
-    parser.add_argument("--tag-scheme", choices=TAG_SCHEMES, default="file",
-                        help="file: train on the file's tags; iob2: convert IOB1 training tags to IOB2 "
-                             "(predictions are written in the file's scheme either way)")
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--cased", dest="cased", action="store_true", default=None,
                       help="keep case (default: do_lower_case from the model's tokenizer_config.json)")
     case.add_argument("--uncased", dest="cased", action="store_false", help="lower-case and strip accents")
-    add_max_examples_arguments(parser, how="the first N sentences")
-    parser.add_argument("--grad-accum", type=flags.positive_int, default=1,
-                        help="micro-batches per optimizer step: each --batch-size must be a multiple of it")
-    parser.add_argument("--early-stopping-patience", type=flags.positive_int, default=None,
-                        help="score dev every epoch and stop a run after N epochs without a better score, keeping "
-                             "its best weights (default: train to the end)")
-    parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
-    add_dropout_argument(parser, default=None)
-    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
-    add_precision_argument(parser)
-    parser.add_argument("--device", default="auto", type=flags.device)
-    parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed lines instead of failing")
-    feature = parser.add_argument_group("feature-based (frozen encoder + 2-layer BiLSTM tagger, the paper's §5.3)")
-    feature.add_argument("--feature-based", action="store_true", help="train BiLSTM taggers on frozen features instead")
-    feature.add_argument("--layers", default="concat-last-four", help=FEATURE_VARIANTS_HELP)
-    feature.add_argument("--lstm-size", type=flags.positive_int, default=768, help="BiLSTM units per direction (768 in the paper)")
-    feature.add_argument("--lstm-dropout", type=flags.probability, default=0.5)
 
 
-def run_finetune(args) -> int:
-    check_finetune_output(args)
-    seeds = parse_list(args.seed, int)
-    batch_sizes = parse_list(args.batch_size, int)
-    if args.feature_based:
-        if args.resume:
-            raise BertkitError("--resume continues a fine-tuning sweep; --feature-based trains its taggers in one go")
-        if args.dropout is not None:
-            raise BertkitError("--dropout sets the fine-tuned encoder's dropout; --feature-based keeps the encoder "
-                               "frozen (its taggers take --lstm-dropout)")
-        if len(seeds) > 1 or len(batch_sizes) > 1:
-            raise BertkitError("--feature-based takes one --seed and one --batch-size")
-        if args.grad_accum != 1 or args.early_stopping_patience:
-            raise BertkitError("--grad-accum and --early-stopping-patience fine-tune the encoder; --feature-based "
-                               "trains taggers on frozen features")
-        learning_rates = parse_list(args.learning_rate or "1e-3")
-        epochs = parse_list(args.epochs or "4")
-        if len(learning_rates) > 1 or len(epochs) > 1:
-            raise BertkitError("--feature-based takes one --learning-rate and one --epochs")
-        results = train_feature_based_ner(
-            args.model, args.data_dir, args.output, variants=parse_list(args.layers, str), lstm_size=args.lstm_size,
-            learning_rate=learning_rates[0], epochs=epochs[0], batch_size=batch_sizes[0], seed=seeds[0],
-            max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
-            device=args.device, max_train_examples=args.max_train_examples,
-            max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
-            dropout=args.lstm_dropout, skip_bad_rows=args.skip_bad_rows).document
-        summary = {v: {"dev_f1": r["dev"]["f1"], "test_f1": (r.get("test") or {}).get("f1")}
-                   for v, r in results["variants"].items()}
-    else:
-        results = finetune_ner(
-            args.model, args.data_dir, args.output, learning_rates=parse_list(args.learning_rate or "5e-5"),
-            epochs=parse_list(args.epochs or "3"), batch_sizes=batch_sizes, seeds=seeds,
-            max_seq_length=args.max_seq_length, doc_context=args.doc_context, precision=args.precision,
-            device=args.device, max_train_examples=args.max_train_examples,
-            max_eval_examples=args.max_eval_examples, tag_scheme=args.tag_scheme, cased=args.cased,
-            warmup_ratio=args.warmup_ratio, eval_batch_size=args.eval_batch_size,
-            dropout=FINETUNE_DROPOUT if args.dropout is None else args.dropout,
-            skip_bad_rows=args.skip_bad_rows, resume=args.resume, grad_accum=args.grad_accum,
-            early_stopping_patience=args.early_stopping_patience).document
-        summary = {"best_config": results["best"]["config"], "dev_f1": results["best"]["dev"]["f1"],
-                   "test_f1": (results["best"]["test"] or {}).get("f1")}
-    bad = {k: v for k, v in results["bad_rows"].items() if v}
-    if bad:
-        summary["skipped_bad_rows"] = bad
-    print(json.dumps(summary))
-    return 0
-
-
-def add_evaluate_arguments(parser) -> None:
-    parser.add_argument("file", metavar="FILE",
-                        help="conlleval input: token ... gold predicted per line, blank line between sentences")
+def run_feature_based(args) -> dict:
+    """`--feature-based`: the taggers on frozen features with the RunSettings flags they take; any
+    other setting given is refused (it would fine-tune the encoder, which stays frozen)."""
+    given = setting_flags.given(args, RunSettings)
+    refused = sorted(set(given) - FEATURE_BASED_SETTINGS)
+    if refused:
+        names = ", ".join(setting_flags.flag_of(f) for f in setting_flags.cli_fields(RunSettings) if f.name in refused)
+        raise BertkitError(f"{names}: --feature-based trains BiLSTM taggers on a frozen encoder, which these "
+                           "fine-tune (the taggers take --lstm-dropout, --learning-rate, --epochs, --batch-size, "
+                           "--seed ...)")
+    s = RunSettings.from_args(args, dataclasses.replace(NER_DEFAULTS, learning_rates=(FEATURE_BASED["learning_rate"],),
+                                                        epochs=(FEATURE_BASED["epochs"],)))
+    if len(s.learning_rates) > 1 or len(s.epochs) > 1 or len(s.seeds) > 1 or len(s.batch_sizes) > 1:
+        raise BertkitError("--feature-based takes one --learning-rate, --epochs, --seed and --batch-size")
+    return train_feature_based_ner(
+        args.model, args.data_dir, args.output, variants=parse_list(args.layers, str), lstm_size=args.lstm_size,
+        learning_rate=s.learning_rate, epochs=s.num_epochs, batch_size=s.batch_size, seed=s.seed,
+        max_seq_length=s.max_seq_length, doc_context=args.doc_context, precision=s.precision, device=s.device,
+        max_train_examples=s.max_train_examples, max_eval_examples=s.max_eval_examples, tag_scheme=args.tag_scheme,
+        cased=args.cased, dropout=args.lstm_dropout, skip_bad_rows=s.skip_bad_rows,
+        warmup_ratio=s.warmup_ratio).document
 
 
 def evaluate_prediction_file(path: str | Path) -> TaskResult:
@@ -353,19 +356,7 @@ def evaluate_prediction_file(path: str | Path) -> TaskResult:
                       document={"task": "ner", "file": str(path), "metrics": scores})
 
 
-def run_evaluate(args) -> int:
-    print(json.dumps(evaluate_prediction_file(args.file).document["metrics"]))
-    return 0
-
-
-# ---------------------------------------------------------------- the task surface and its benchmark
-
-HEAD = BertForTokenClassification
-read = read_conll
-featurize = ner_features
-postprocess = predict_ner
-score = evaluate_conll
-finetune = finetune_ner
+# ---------------------------------------------------------------- benchmarks
 
 
 def run_benchmark(settings: BenchmarkSettings) -> TaskResult:
@@ -380,9 +371,6 @@ def run_benchmark(settings: BenchmarkSettings) -> TaskResult:
         learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"], precision=settings.precision,
         subset_seed=cfg.get("subset_seed"), progress=False)
 
-
-BENCHMARKS = (Benchmark(name="ner", label="CoNLL NER F1",
-                        has_data=lambda data_dir: (data_dir / "conll2003" / "train.txt").is_file(), run=run_benchmark),)
 
 __all__ = ["Sentence", "ConllData", "read_conll", "detect_scheme", "to_iob1", "to_iob2", "label_list",
            "word_pieces", "ner_features", "predict_ner", "write_predictions", "find_conll_files", "load_tokenizer",

@@ -7,7 +7,7 @@ sentence-pair task like MRPC, so it takes the paper's GLUE protocol (§4.1) and 
 (accuracy and F1 of the paraphrase class, selection on their mean).
 
 This file is the whole task (the runner, tasks/runner.py, does the sweep, selection, resume and
-outputs): a reader, the task object (tasks/task.py's interface) and its command-line surface.
+outputs): a reader and the task class (tasks/task.py's interface, its command line included).
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from ..errors import BertkitError
 from ..heads import BertForSequenceClassification
 from ..metrics.glue import compute_glue_metrics, task_score
 from . import runner
-from .arguments import add_data_dir_argument, add_sweep_arguments, check_finetune_output, sweep_options
+from .arguments import add_data_dir_argument
 from .examples import BadRows, Examples, resolve_data_dir
-from .glue import PAPER_DEFAULTS, GlueExample, classification_predictions, read_tsv_lines
+from .glue import PAPER_DEFAULTS, GlueExample, read_tsv_lines
 from .results import TaskResult
-from .task import Splits, Task
+from .settings import RunSettings
+from .splits import Splits
+from .task import Task
 
 COLUMNS = ("id", "sentence1", "sentence2", "label")
 FILES = {"train": ("train.tsv",), "dev": ("dev.tsv", "dev_2k.tsv"), "test": ("test.tsv",)}
@@ -72,6 +74,8 @@ def paws_file(data_dir: Path, split: str) -> Path | None:
 
 
 class Paws(Task):
+    """PAWS paraphrase identification: do two sentences with the same words mean the same?"""
+
     name = label = "paws"
     HEAD = BertForSequenceClassification
     metric = "accuracy"  # the PAWS paper's
@@ -80,6 +84,18 @@ class Paws(Task):
 
     def __init__(self, data_dir: Path):
         self.data_dir = data_dir
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        add_data_dir_argument(parser, "paws/{train,dev,test}.tsv or {train,dev,test}.tsv")
+
+    @classmethod
+    def epilog(cls) -> str:
+        return "Defaults follow the paper's GLUE protocol (§4.1), as for MRPC."
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "Paws":
+        return cls(resolve_data_dir(args.data_dir))
 
     def read(self, skip_bad_rows: bool) -> Splits:
         paths = {split: paws_file(self.data_dir, split) for split in FILES}
@@ -106,29 +122,6 @@ class Paws(Task):
 
 
 def finetune_paws(model_dir, data_dir=None, output_dir=None, **options) -> TaskResult:
-    """Fine-tune on PAWS with the paper's GLUE protocol (`options`: the runner's RunSettings)."""
+    """Fine-tune on PAWS with the paper's GLUE protocol (`options`: RunSettings fields)."""
     task = Paws(resolve_data_dir(data_dir))
-    return runner.finetune(task, model_dir, output_dir, runner.RunSettings.paper(PAPER_DEFAULTS, **options))
-
-
-# ---------------------------------------------------------------- the task surface (tasks/registry.py)
-
-HEAD = BertForSequenceClassification
-read = read_paws_file
-featurize = paws_features
-postprocess = classification_predictions
-score = paws_metrics
-finetune = finetune_paws
-BENCHMARKS = ()
-
-
-def add_finetune_arguments(parser) -> None:
-    add_data_dir_argument(parser, "paws/{train,dev,test}.tsv or {train,dev,test}.tsv")
-    add_sweep_arguments(parser, PAPER_DEFAULTS)
-    parser.epilog = "Defaults follow the paper's GLUE protocol (§4.1), as for MRPC."
-
-
-def run_finetune(args) -> int:
-    check_finetune_output(args)
-    finetune_paws(args.model, args.data_dir, args.output, **sweep_options(args))
-    return 0
+    return runner.finetune(task, model_dir, output_dir, RunSettings.paper(PAPER_DEFAULTS, **options))

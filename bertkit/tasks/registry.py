@@ -1,53 +1,57 @@
 """The task table: every fine-tuning task, once. The command line (`bertkit finetune|predict|evaluate
-TASK`, tasks/cli.py) and `bertkit reproduce` (each task's BENCHMARKS) loop over it.
+TASK`, tasks/cli.py) and `bertkit reproduce` (each task's benchmarks()) loop over it.
 
-Each entry's module has the command-line surface (read, featurize, HEAD, postprocess, score,
-finetune -> TaskResult, add_finetune_arguments / run_finetune, BENCHMARKS; optionally
-add_predict_arguments / run_predict and add_evaluate_arguments / run_evaluate); its fine-tuning is a
-task object (tasks/task.py) that tasks/runner.py runs. Adding a task is one file with both (see
-tasks/paws.py) and one `Task(...)` line below. A module may offer several tasks, each as a class
-with the same surface (tasks/custom.py: fine-tuning on the user's own files).
+Each entry names a Task class (tasks/task.py): its fine-tuning for the runner and its command line
+in one class. Adding a task is one file with such a class (see tasks/paws.py) and one
+`TaskEntry(...)` line below; a module may offer several (tasks/custom.py: your own files).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from types import ModuleType
 
 from ..errors import BertkitError
-from . import cross_encoder, custom, glue, multiple_choice, ner, paws, sentence_embeddings, squad
 from .benchmarks import Benchmark
+from .cross_encoder import CrossEncoderTask
+from .custom import MultipleChoiceFiles, QuestionAnsweringTask, TextClassificationTask, TokenClassificationTask
+from .glue import GlueFinetuning
+from .multiple_choice import MultipleChoiceTask
+from .ner import NerTask
+from .paws import Paws
+from .sentence_embeddings import SentenceEmbeddingTask
+from .squad import SquadRunTask
+from .task import Task
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class TaskEntry:
     name: str  # `bertkit finetune NAME`
-    module: ModuleType | type  # the module (or class) with the task surface
+    task: type[Task]
     evaluate: str | None = None  # `bertkit evaluate NAME`: the task's official scorer, when it has one
     pipeline: str | None = None  # `bertkit predict PIPELINE` / `bertkit serve` run its fine-tuned models
 
     @property
     def summary(self) -> str:
-        return (self.module.__doc__ or self.name).strip().splitlines()[0]
+        return self.task.summary()
 
 
-TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("glue", glue, pipeline="text-classification"),
-    Task("swag", multiple_choice, pipeline="multiple-choice"),
-    Task("squad", squad, evaluate="squad", pipeline="question-answering"),
-    Task("ner", ner, evaluate="conll", pipeline="token-classification"),
-    Task("paws", paws, pipeline="text-classification"),
-    # the user's own files, named as `bertkit predict` names the pipelines (BENCHMARKS = (): not in reproduce)
-    Task("text-classification", custom.TextClassification, pipeline="text-classification"),
-    Task("token-classification", custom.TokenClassification, pipeline="token-classification"),
-    Task("multiple-choice", custom.MultipleChoice, pipeline="multiple-choice"),
-    Task("question-answering", custom.QuestionAnswering, pipeline="question-answering"),
-    Task("sentence-embeddings", sentence_embeddings.SentenceEmbeddings, pipeline="sentence-embeddings"),
-    Task("cross-encoder", cross_encoder.CrossEncoderFinetuning, pipeline="text-classification"),
+TASKS: dict[str, TaskEntry] = {t.name: t for t in (
+    TaskEntry("glue", GlueFinetuning, pipeline="text-classification"),
+    TaskEntry("swag", MultipleChoiceTask, pipeline="multiple-choice"),
+    TaskEntry("squad", SquadRunTask, evaluate="squad", pipeline="question-answering"),
+    TaskEntry("ner", NerTask, evaluate="conll", pipeline="token-classification"),
+    TaskEntry("paws", Paws, pipeline="text-classification"),
+    # the user's own files, named as `bertkit predict` names the pipelines (no benchmarks: not in reproduce)
+    TaskEntry("text-classification", TextClassificationTask, pipeline="text-classification"),
+    TaskEntry("token-classification", TokenClassificationTask, pipeline="token-classification"),
+    TaskEntry("multiple-choice", MultipleChoiceFiles, pipeline="multiple-choice"),
+    TaskEntry("question-answering", QuestionAnsweringTask, pipeline="question-answering"),
+    TaskEntry("sentence-embeddings", SentenceEmbeddingTask, pipeline="sentence-embeddings"),
+    TaskEntry("cross-encoder", CrossEncoderTask, pipeline="text-classification"),
 )}
 
 # Every data set `bertkit reproduce` can run, by the name budgets use ("mrpc", "codah", "squad2").
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for t in TASKS.values() for b in t.module.BENCHMARKS}
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for t in TASKS.values() for b in t.task.benchmarks()}
 
 
 def benchmark(name: str) -> Benchmark:

@@ -2,81 +2,39 @@
 (grid x restarts, the best dev score wins, resume), early stopping, results.json, prediction
 files and the best model, the same way for all of them.
 
-`RunSettings` are what every task takes besides its own data options: the grid, restarts, the
-training recipe (warm-up, decay, dropout, micro-batches) and how dev is found (a dev split, a
-held-out fraction of train, or none: one run, trained and saved without selection).
+`RunSettings` (tasks/settings.py) are what every task takes besides its own data options, passed
+whole: the grid, restarts, the training recipe (warm-up, decay, dropout, micro-batches) and how dev
+is found (a dev split, a held-out fraction of train, or none: one run, trained and saved without
+selection).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import random
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING
 
-from ..device import DEFAULT_PRECISION, pick_device, precision_label, resolve_precision
+from ..device import pick_device, precision_label, resolve_precision
 from ..errors import BertkitError, counted
 from ..outputs import write_json
 from ..train.loop import dist_info
-from .arguments import FINETUNE_DROPOUT, dropout_overrides
+from .arguments import dropout_overrides
 from .examples import Examples, subsample
 from .results import TaskResult, publish_best_metrics
 from .runs import config_text, grid
-from .sweep import run_protocol, train_one
-from .task import Defaults, Runtime, Splits, Task
+from .settings import RunSettings, check_grad_accum
+from .sweep import Sweep, TaskHooks, run_protocol
+from .splits import Runtime, Splits
+
+if TYPE_CHECKING:
+    from .task import Task
 
 log = logging.getLogger("bertkit")
 
 NO_DEV_TO_CHOOSE = ("without dev data there is nothing to choose runs or stop on: give a dev file or --dev-fraction, "
                     "or one learning rate, epoch count, batch size and seed")
-
-
-@dataclasses.dataclass
-class RunSettings:
-    """The settings every task's fine-tuning takes (the flags tasks/arguments.py defines)."""
-
-    learning_rates: Sequence[float] = (5e-5,)
-    epochs: Sequence[float] = (3,)
-    batch_sizes: Sequence[int] = (32,)
-    seeds: Sequence[int] = (42,)
-    max_seq_length: int = 128
-    max_train_examples: int | None = None
-    max_eval_examples: int | None = None
-    subset_seed: int = 0  # of the --max-*-examples samples
-    precision: str = DEFAULT_PRECISION
-    device: str = "auto"
-    skip_bad_rows: bool = False
-    eval_batch_size: int = 128
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    dropout: float | None = FINETUNE_DROPOUT
-    logging_steps: int = 50
-    eval_steps: int = 0
-    resume: bool = False
-    grad_accum: int = 1
-    early_stopping_patience: int | None = None
-    dev_fraction: float | None = None  # without a dev split: hold out this fraction of train
-    split_seed: int = 0
-    progress: bool | None = None  # the training progress bar (None: when stderr is a terminal)
-    save_steps: int = 0  # checkpoints inside each run (runs/<run>/); --resume continues an interrupted run there
-
-    @classmethod
-    def of(cls, **options) -> "RunSettings":
-        """From keyword options (a task function's **options), refusing unknown names."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise TypeError(f"unknown fine-tuning option(s): {', '.join(unknown)}")
-        return cls(**options)
-
-    @classmethod
-    def paper(cls, defaults: Defaults, **options) -> "RunSettings":
-        """The task's paper protocol (`defaults`), with `options` in place of any of it."""
-        return cls.of(**{**dict(learning_rates=defaults.learning_rates, epochs=defaults.epochs,
-                                batch_sizes=defaults.batch_sizes, max_seq_length=defaults.max_seq_length,
-                                eval_batch_size=defaults.eval_batch_size), **options})
 
 
 def running_on(settings: RunSettings) -> str:
@@ -139,9 +97,7 @@ def finetune(task: Task, model_dir, output_dir=None, settings: RunSettings | Non
     prediction files, model/ (the best run, Hugging Face layout, with its tokenizer) and
     metrics.jsonl (the best run's; every run's in runs/<run>/)."""
     s = settings or RunSettings()
-    uneven = [b for b in s.batch_sizes if b % s.grad_accum]
-    if uneven:
-        raise BertkitError(f"--batch-size {uneven[0]} is not a multiple of --grad-accum {s.grad_accum}")
+    check_grad_accum(s)
     splits = with_dev(task.read(s.skip_bad_rows), s)
     configs = grid(s.learning_rates, s.epochs, s.batch_sizes, s.seeds)
     if splits.dev is None and task.requires_dev:
@@ -221,16 +177,12 @@ def sweep(task: Task, model_dir, used: Splits, features: dict, runtime: Runtime,
     if s.grad_accum != 1:
         identity["grad_accum"] = s.grad_accum
     scored = used.dev is not None or used.reported
-    return run_protocol(configs, build_model, features["train"], evaluate if scored else None,
-                        score=task.select, precision=s.precision, device=s.device, warmup_ratio=s.warmup_ratio,
-                        weight_decay=s.weight_decay, pad_token_id=runtime.tokenizer.pad_token_id, label=task.label,
-                        train=functools.partial(train_one, grad_accum=s.grad_accum, progress=s.progress,
-                                                phase=task.phase, save_steps=s.save_steps, resume=s.resume,
-                                                tokenizer=runtime.tokenizer, batch_source=task.batch_source),
-                        runs_dir=None if out is None else out / "runs", logging_steps=s.logging_steps,
-                        eval_steps=s.eval_steps, resume=s.resume, identity=identity,
-                        early_stopping_patience=s.early_stopping_patience, selects=used.dev is not None,
-                        evaluates_in_loop=task.evaluates_in_loop)
+    hooks = TaskHooks(pad_token_id=runtime.tokenizer.pad_token_id, tokenizer=runtime.tokenizer,
+                      batch_source=task.batch_source, phase=task.phase)
+    return run_protocol(Sweep(configs, build_model, features["train"], evaluate if scored else None, task.select, s,
+                              hooks, label=task.label, runs_dir=None if out is None else out / "runs",
+                              identity=identity, selects=used.dev is not None,
+                              evaluates_in_loop=task.evaluates_in_loop))
 
 
 def run_details(task: Task, used: Splits, features: dict, runtime: Runtime, s: RunSettings, model: str) -> dict:

@@ -32,14 +32,14 @@ from ..inference.embed import embed, pool
 from ..metrics.retrieval import retrieval_scores, sts_scores, top_k_similar
 from ..model import BertModel
 from . import runner
-from .arguments import (add_dev_fraction_arguments, add_sweep_arguments, check_finetune_output, parse_list,
-                        sweep_options)
+from .arguments import check_finetune_output
 from .embedding_losses import LOSSES, RANKING_LOSSES, SCORED_LOSSES, LossSpec, cached_loss
 from .examples import BadRows, Examples
 from .results import TaskResult
-from .runner import RunSettings
+from .settings import Defaults, RunSettings
+from .splits import Splits
 from .sweep import predict_precision
-from .task import Defaults, Splits, Task
+from .task import Task
 from .user_files import read_table
 
 log = logging.getLogger("bertkit")
@@ -334,11 +334,61 @@ def retrieval_evaluation(vectors: list[torch.Tensor], rows: Sequence[TextRow]) -
 
 
 class SentenceEmbeddingTask(Task):
-    """Sentence embeddings on the user's CSV / TSV / JSON lines files (tasks/task.py's interface)."""
+    """sentence embeddings (semantic search, similarity) on your own CSV / TSV / JSON lines files
+
+    (tasks/task.py's interface; the command line is `bertkit finetune sentence-embeddings`)."""
 
     name = "sentence-embeddings"
     defaults = DEFAULTS
     phase = "train"
+    own_data, skipped_settings = True, ()
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        parser.add_argument("--train-file", required=True,
+                            help="training rows (CSV / TSV with a header, or JSON lines): the text columns in file "
+                                 "order (anchor, positive, then any negatives); a 'score' or 'label' column is "
+                                 "the label")
+        parser.add_argument("--dev-file", default=None,
+                            help="dev rows, same columns: scored during training, selects the best run")
+        parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
+                            help="file format (default: from the extension)")
+        parser.add_argument("--loss", choices=LOSSES, default="mnrl",
+                            help="mnrl: in-batch negatives (+ negative columns); cached-mnrl: the same in the memory "
+                                 "of --mini-batch-size; cosent / cosine: scored pairs; mse / margin-mse: distillation "
+                                 "from --teacher (default mnrl)")
+        parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
+                            help="token vectors -> one (then L2-normalised) vector: default the model folder's own "
+                                 "pooling when it is a sentence-transformers folder, else mean")
+        parser.add_argument("--matryoshka-dims", type=flags.comma_list(flags.positive_int), default=(),
+                            help="e.g. 384,192,96: the loss at each truncated dimension, summed (MatryoshkaLoss)")
+        parser.add_argument("--matryoshka-weights", type=flags.comma_list(flags.positive_float), default=None,
+                            help="one weight per --matryoshka-dims dimension (default 1 each)")
+        parser.add_argument("--teacher", default=None,
+                            help="mse: the model whose embeddings the student learns; margin-mse: a cross-encoder "
+                                 "or embedding model scoring (query, positive) and (query, negative)")
+        parser.add_argument("--mnrl-scale", dest="scale", type=flags.positive_float, default=20.0,
+                            help="mnrl / cached-mnrl / cosent: the similarity scale (1 / temperature; default 20)")
+        parser.add_argument("--symmetric", action="store_true",
+                            help="mnrl: also rank the anchors for each positive "
+                                 "(MultipleNegativesSymmetricRankingLoss)")
+        parser.add_argument("--mini-batch-size", type=flags.positive_int, default=32,
+                            help="cached-mnrl: rows embedded at once (memory), whatever --batch-size (default 32)")
+
+    @classmethod
+    def epilog(cls) -> str:
+        return ("Defaults as sentence-transformers' fit: one run, learning rate 2e-5, batch 16, 1 epoch, warm-up 10%, "
+                "max length 256. mnrl batches never hold one text twice; with --grad-accum the in-batch negatives "
+                "are those of a micro-batch (cached-mnrl: the whole batch).")
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
+        check_finetune_output(args)
+        loss = {f.name: getattr(args, f.name) for f in dataclasses.fields(LossSpec) if f.name != "name"}
+        finetune_sentence_embeddings(args.model, args.train_file, args.dev_file, args.output, loss=args.loss,
+                                     pooling=args.pooling, teacher=args.teacher, file_format=args.file_format,
+                                     settings=cls.settings_from_args(args), **loss)
+        return 0
 
     def __init__(self, train_file, dev_file=None, *, loss: LossSpec = LossSpec(), pooling: str = "mean",
                  teacher=None, file_format: str | None = None, max_seq_length: int = 256):
@@ -488,84 +538,21 @@ def folder_pooling(model_dir) -> str:
 
 
 def finetune_sentence_embeddings(model_dir, train_file, dev_file=None, output_dir=None, *, loss: str = "mnrl",
-                                 pooling: str | None = None, matryoshka_dims: Sequence[int] = (),
-                                 matryoshka_weights: Sequence[float] | None = None, teacher=None,
-                                 scale: float = 20.0, symmetric: bool = False, mini_batch_size: int = 32,
-                                 file_format: str | None = None, settings: RunSettings | None = None,
-                                 **options) -> TaskResult:
+                                 pooling: str | None = None, teacher=None, file_format: str | None = None,
+                                 settings: RunSettings | None = None, **options) -> TaskResult:
     """Fine-tune a sentence-embedding model on the user's file with `loss` (embedding_losses.LOSSES);
-    `options` are the runner's RunSettings fields, or `settings` a whole RunSettings (default:
-    sentence-transformers' fit: lr 2e-5, batch 16, 1 epoch, warm-up 10%, max length 256). With
-    output_dir: OUTPUT/model (a sentence-transformers folder),
-    results.json and metrics.jsonl (every run's in runs/<run>/)."""
-    spec = LossSpec(loss, scale=scale, symmetric=symmetric, mini_batch_size=mini_batch_size,
-                    matryoshka_dims=tuple(matryoshka_dims),
-                    matryoshka_weights=None if matryoshka_weights is None else tuple(matryoshka_weights))
+    `options`: the loss's settings (LossSpec's fields: scale, symmetric, mini_batch_size,
+    matryoshka_dims, matryoshka_weights) and RunSettings fields, or `settings` a whole RunSettings
+    (default: sentence-transformers' fit: lr 2e-5, batch 16, 1 epoch, warm-up 10%, max length 256).
+    With output_dir: OUTPUT/model (a sentence-transformers folder), results.json and metrics.jsonl
+    (every run's in runs/<run>/)."""
+    loss_fields = {f.name for f in dataclasses.fields(LossSpec)}
+    given = {k: options.pop(k) for k in list(options) if k in loss_fields}
+    spec = LossSpec(loss, **{**given, **{k: tuple(given[k]) for k in ("matryoshka_dims", "matryoshka_weights")
+                                         if given.get(k) is not None}})
     if settings is not None and options:
         raise BertkitError("give settings= or run options, not both")
     settings = settings or RunSettings.paper(DEFAULTS, **options)
     task = SentenceEmbeddingTask(train_file, dev_file, loss=spec, pooling=pooling or folder_pooling(model_dir),
                                  teacher=teacher, file_format=file_format, max_seq_length=settings.max_seq_length)
     return runner.finetune(task, model_dir, output_dir, settings)
-
-
-class SentenceEmbeddings:
-    """sentence embeddings (semantic search, similarity) on your own CSV / TSV / JSON lines files"""
-
-    HEAD = SentenceEmbeddingModel
-    read = staticmethod(read_embedding_file)
-    featurize = staticmethod(collate_rows)
-    postprocess = staticmethod(pool)
-    score = staticmethod(retrieval_evaluation)
-    finetune = staticmethod(finetune_sentence_embeddings)
-    BENCHMARKS = ()
-
-    @staticmethod
-    def add_finetune_arguments(parser) -> None:
-        parser.add_argument("--train-file", required=True,
-                            help="training rows (CSV / TSV with a header, or JSON lines): the text columns in file "
-                                 "order (anchor, positive, then any negatives); a 'score' or 'label' column is "
-                                 "the label")
-        parser.add_argument("--dev-file", default=None,
-                            help="dev rows, same columns: scored during training, selects the best run")
-        add_dev_fraction_arguments(parser)
-        parser.add_argument("--format", dest="file_format", choices=("csv", "tsv", "jsonl"), default=None,
-                            help="file format (default: from the extension)")
-        parser.add_argument("--loss", choices=LOSSES, default="mnrl",
-                            help="mnrl: in-batch negatives (+ negative columns); cached-mnrl: the same in the memory "
-                                 "of --mini-batch-size; cosent / cosine: scored pairs; mse / margin-mse: distillation "
-                                 "from --teacher (default mnrl)")
-        parser.add_argument("--pooling", choices=("mean", "cls"), default=None,
-                            help="token vectors -> one (then L2-normalised) vector: default the model folder's own "
-                                 "pooling when it is a sentence-transformers folder, else mean")
-        parser.add_argument("--matryoshka-dims", type=flags.comma_list(flags.positive_int), default=None,
-                            help="e.g. 384,192,96: the loss at each truncated dimension, summed (MatryoshkaLoss)")
-        parser.add_argument("--matryoshka-weights", type=flags.comma_list(flags.positive_float), default=None,
-                            help="one weight per --matryoshka-dims dimension (default 1 each)")
-        parser.add_argument("--teacher", default=None,
-                            help="mse: the model whose embeddings the student learns; margin-mse: a cross-encoder "
-                                 "or embedding model scoring (query, positive) and (query, negative)")
-        parser.add_argument("--mnrl-scale", type=flags.positive_float, default=20.0,
-                            help="mnrl / cached-mnrl / cosent: the similarity scale (1 / temperature; default 20)")
-        parser.add_argument("--symmetric", action="store_true",
-                            help="mnrl: also rank the anchors for each positive "
-                                 "(MultipleNegativesSymmetricRankingLoss)")
-        parser.add_argument("--mini-batch-size", type=flags.positive_int, default=32,
-                            help="cached-mnrl: rows embedded at once (memory), whatever --batch-size (default 32)")
-        add_sweep_arguments(parser, DEFAULTS, own_data=True)
-        parser.set_defaults(max_seq_length=DEFAULTS.max_seq_length)
-        parser.epilog = ("Defaults as sentence-transformers' fit: one run, learning rate 2e-5, batch 16, 1 epoch, "
-                         "warm-up 10%, max length 256. mnrl batches never hold one text twice; with --grad-accum the "
-                         "in-batch negatives are those of a micro-batch (cached-mnrl: the whole batch).")
-
-    @staticmethod
-    def run_finetune(args) -> int:
-        check_finetune_output(args)
-        options = sweep_options(args, DEFAULTS)
-        finetune_sentence_embeddings(
-            args.model, args.train_file, args.dev_file, args.output, loss=args.loss, pooling=args.pooling,
-            matryoshka_dims=parse_list(args.matryoshka_dims or [], int),
-            matryoshka_weights=None if args.matryoshka_weights is None else parse_list(args.matryoshka_weights),
-            teacher=args.teacher, scale=args.mnrl_scale, symmetric=args.symmetric,
-            mini_batch_size=args.mini_batch_size, file_format=args.file_format, **options)
-        return 0

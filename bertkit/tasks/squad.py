@@ -41,12 +41,10 @@ dev-v2.0 in two: train on one part, evaluate (and tune tau) on the other, never 
 for training and drops every dev article with one of those titles. Any v2.0-format file works as
 `--train-file`.
 
-`SquadTask` is the task object (tasks/task.py) the runner runs (`finetune question-answering` on a
-user's files; `SquadRunTask`, `finetune squad`, adds the article split and writes the run's record as
-results.json): read = `read_squad`, featurize = `squad_windows`, HEAD = BertForQuestionAnswering,
-postprocess = `postprocess_predictions`, score = `score_predictions`, finetune = `finetune_squad`,
-predict = `predict_squad_file` and `evaluate_prediction_file` (`bertkit evaluate squad`), all ->
-TaskResult (the official scripts report percent; the TaskResult's metrics are fractions, its
+`SquadTask` is the task class (tasks/task.py) the runner runs (`finetune question-answering` on a
+user's files); `SquadRunTask`, `finetune squad`, adds the article split, writes the run's record as
+results.json and has the `predict squad` and `evaluate squad` commands: `finetune_squad`,
+`predict_squad_file` and `evaluate_prediction_file` are their Python calls, all -> TaskResult (the official scripts report percent; the TaskResult's metrics are fractions, its
 document keeps the official numbers). The fine-tuned model is saved in OUTPUT/model.
 """
 
@@ -71,16 +69,16 @@ from ..hub.checkpoints import model_tokenizer
 from ..metrics.squad import best_null_threshold, evaluate_squad, evaluate_v1, evaluate_v2
 from ..outputs import check_output_dir, write_json
 from . import runner
-from .arguments import (MIN_SEQ_LENGTH, add_dropout_argument, add_max_examples_arguments,
-                        add_overwrite_argument, check_finetune_output)
+from .arguments import add_overwrite_argument, check_finetune_output
 from .benchmarks import Benchmark, BenchmarkSettings
 from .examples import subsample
 from .results import PERCENT, TaskResult
-from .runner import RunSettings
 from .runs import RunResult
+from .settings import MIN_SEQ_LENGTH, Defaults, RunSettings
+from .splits import Splits
 from .sweep import predict_precision
 from .sweep_state import restorable
-from .task import Defaults, Splits, Task
+from .task import Task
 from .squad_windows import (SquadAnswer, SquadData, SquadExample, SquadWindow, WindowInputs, article_key,
                             article_split, check_is_max_context, read_squad, squad_json, squad_windows)
 
@@ -219,11 +217,26 @@ def _as_floats(values) -> list[float]:
 # --------------------------------------------------------------------------- predict and score
 
 
+@dataclasses.dataclass(frozen=True)
+class Answering:
+    """How questions become windows and windows answers (the original run_squad.py's flags)."""
+
+    max_seq_length: int = MAX_SEQ_LENGTH
+    doc_stride: int = 128
+    max_query_length: int = 64
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    null_score_diff_threshold: float = 0.0
+
+
 def predict_squad(model, tokenizer, examples: Sequence[SquadExample], version_2_with_negative: bool = False,
-                  max_seq_length: int = 384, doc_stride: int = 128, max_query_length: int = 64,
-                  n_best_size: int = 20, max_answer_length: int = 30, null_score_diff_threshold: float = 0.0,
-                  batch_size: int = 64, device=None, precision: str = "fp32") -> SquadPredictions:
-    """Windows -> start/end logits (BertForQuestionAnswering) -> the original's post-processing."""
+                  batch_size: int = 64, device=None, precision: str = "fp32", **answering) -> SquadPredictions:
+    """Windows -> start/end logits (BertForQuestionAnswering) -> the original's post-processing;
+    `answering`: Answering's fields."""
+    a = Answering(**answering)
+    max_seq_length, doc_stride, max_query_length = a.max_seq_length, a.doc_stride, a.max_query_length
+    n_best_size, max_answer_length, null_score_diff_threshold = a.n_best_size, a.max_answer_length, \
+        a.null_score_diff_threshold
     if device is not None:
         model.to(pick_device(device) if isinstance(device, str) else device)
     run_device = next(model.parameters()).device
@@ -316,6 +329,13 @@ WINDOW_OPTIONS = ("doc_stride", "max_query_length", "n_best_size", "max_answer_l
                   "search_null_threshold")
 
 
+def window_options(args) -> dict:
+    """The flags of add_window_arguments as the keyword options of SquadTask and predict_squad_file."""
+    return dict(doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
+                max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
+                search_null_threshold=not args.no_threshold_search)
+
+
 class SquadTask(Task):
     """Extractive question answering on SQuAD v1.1 / v2.0 JSON files (the benchmark's or a user's):
     the windows, n-best search, null threshold and official scorer above, run by tasks/runner.py.
@@ -327,15 +347,15 @@ class SquadTask(Task):
     defaults = SQUAD_DEFAULTS
     metric = "f1"
 
-    def __init__(self, train_file, dev_file=None, *, version: str | None = None, doc_stride: int = 128,
-                 max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
-                 null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
+    def __init__(self, train_file, dev_file=None, *, version: str | None = None,
                  article_split_fraction: float | None = None, split_seed: int = 0, unanswered_dev: bool = False,
-                 eval_subset_seed: int | None = None):
+                 eval_subset_seed: int | None = None, search_null_threshold: bool = True, **answering):
+        """`answering`: how windows are made and answers picked (Answering's fields but max_seq_length,
+        which is the run's)."""
         self.train_file, self.dev_file, self.version = train_file, dev_file, version
         self.label = Path(train_file).stem
-        self.answering = dict(doc_stride=doc_stride, max_query_length=max_query_length, n_best_size=n_best_size,
-                              max_answer_length=max_answer_length, null_score_diff_threshold=null_score_diff_threshold)
+        given = Answering(**answering)
+        self.answering = {k: v for k, v in dataclasses.asdict(given).items() if k != "max_seq_length"}
         self.search_null_threshold = search_null_threshold
         self.article_split, self.unanswered_dev = (article_split_fraction, split_seed), unanswered_dev
         # known once read / encoded
@@ -423,11 +443,89 @@ class SquadTask(Task):
 
 
 class SquadRunTask(SquadTask):
-    """`bertkit finetune squad`: the paper's SQuAD run on the benchmark files (article split, a dev
+    """SQuAD v1.1 / v2.0 question answering (paper §4.2, §4.3): fine-tune, predict, score.
+
+    `bertkit finetune squad`: the paper's SQuAD run on the benchmark files (article split, a dev
     file with or without answers), its results.json the run's record as it always was: version,
     files, config, data counts, the training loop's figures and the official metrics."""
 
     phase = "squad"
+    # --split-seed is the article split's (the dev split of the local v2.0 protocol)
+    skipped_settings = ("dev_fraction",)
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        parser.add_argument("--train-file", required=True, help="SQuAD JSON (v1.1 or v2.0)")
+        parser.add_argument("--dev-file", default=None, help="SQuAD JSON to predict and score after training")
+        parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
+                            help="train on this fraction of the training file's articles; evaluate only on dev "
+                                 "articles outside it (the local SQuAD v2.0 protocol, see the module doc; seeded by "
+                                 "--split-seed)")
+        add_window_arguments(parser)
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "SquadRunTask":
+        return cls(args.train_file, args.dev_file, settings=settings, version=args.version,
+                   article_split_fraction=args.article_split, split_seed=settings.split_seed,
+                   **window_options(args))
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
+        if not getattr(args, "resume", False):  # --resume continues the run in --output on purpose
+            check_finetune_output(args)
+        settings = cls.settings_from_args(args)
+        record = runner.finetune(cls.from_args(args, settings), args.model, args.output, settings).document
+        print(json.dumps(record.get("metrics"), indent=2))
+        return 0
+
+    @classmethod
+    def add_predict_arguments(cls, parser) -> None:
+        parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
+        parser.add_argument("--input", required=True, help="SQuAD JSON to answer")
+        parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
+        add_overwrite_argument(parser)
+        parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64,
+                            help="windows per forward pass (default 64)")
+        parser.add_argument("--max-examples", type=flags.positive_int, default=None,
+                            help="a seeded random sample of questions")
+        parser.add_argument("--allow-missing-weights", action="store_true",
+                            help="predict even with a model that has no span head (its answers are random)")
+        add_window_arguments(parser)
+        parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=MAX_SEQ_LENGTH)
+        parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
+        add_precision_argument(parser)
+        parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
+        parser.add_argument("--subset-seed", type=flags.seed, default=0, help="seed of the --max-examples sample")
+
+    @classmethod
+    def run_predict(cls, args) -> int:
+        check_output_dir(args.output, overwrite=args.overwrite, kind="predictions")
+        options = PredictOptions(**window_options(args), max_seq_length=args.max_seq_length,
+                                 batch_size=args.eval_batch_size, device=args.device, precision=args.precision,
+                                 max_examples=args.max_examples, subset_seed=args.subset_seed,
+                                 skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights)
+        record = predict_squad_file(args.model, args.input, args.output, args.version, options).document
+        if record["metrics"] is not None:
+            print(json.dumps(record["metrics"], indent=2))
+        return 0
+
+    @classmethod
+    def add_evaluate_arguments(cls, parser) -> None:
+        parser.add_argument("data_file", metavar="DATA_FILE", help="official SQuAD JSON (v1.1 or v2.0)")
+        parser.add_argument("pred_file", metavar="PRED_FILE", help="predictions.json: question id -> answer text")
+        parser.add_argument("--na-prob-file", default=None,
+                            help="v2.0: question id -> no-answer score (null_odds.json)")
+
+    @classmethod
+    def run_evaluate(cls, args) -> int:
+        """Exactly the official scripts' numbers and keys, as one JSON object (what `predict squad` prints)."""
+        result = evaluate_prediction_file(args.data_file, args.pred_file, args.na_prob_file)
+        print(json.dumps(result.document["metrics"]))
+        return 0
+
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        return SQUAD_BENCHMARKS
 
     def __init__(self, train_file, dev_file=None, *, settings: RunSettings, **options):
         super().__init__(train_file, dev_file, unanswered_dev=True, **options)
@@ -481,32 +579,44 @@ def finetune_squad(model_dir: str | Path, train_file: str | Path, output_dir: st
     (--max-eval-examples) with its own seed. The TaskResult's document is the run's record (results.json)."""
     answering = {k: options.pop(k) for k in WINDOW_OPTIONS if k in options}
     settings = RunSettings.paper(SQUAD_DEFAULTS, learning_rates=(learning_rate,), epochs=(epochs,),
-                                 batch_sizes=(batch_size,), seeds=(seed,), **options)
+                                 batch_sizes=(batch_size,), seeds=(seed,), split_seed=split_seed, **options)
     task = SquadRunTask(train_file, dev_file, version=version, article_split_fraction=article_split_fraction,
                         split_seed=split_seed, eval_subset_seed=eval_subset_seed, settings=settings, **answering)
     return runner.finetune(task, model_dir, output_dir, settings)
 
 
+@dataclasses.dataclass(frozen=True)
+class PredictOptions(Answering):
+    """`bertkit predict squad`'s settings besides the files: the windows and answers, the v2.0 null
+    threshold search, batch, device, precision, a sample of the questions, bad rows."""
+
+    search_null_threshold: bool = True
+    batch_size: int = 64
+    device: str = "auto"
+    precision: str = "auto"
+    max_examples: int | None = None
+    subset_seed: int = 0
+    skip_bad_rows: bool = False
+    allow_missing_weights: bool = False
+
+
 def predict_squad_file(model_dir: str | Path, data_file: str | Path, output_dir: str | Path,
-                       version: str | None = None, max_seq_length: int = 384, doc_stride: int = 128,
-                       max_query_length: int = 64, n_best_size: int = 20, max_answer_length: int = 30,
-                       null_score_diff_threshold: float = 0.0, search_null_threshold: bool = True,
-                       batch_size: int = 64, device: str = "auto", precision: str = "auto",
-                       max_examples: int | None = None, subset_seed: int = 0, skip_bad_rows: bool = False,
-                       allow_missing_weights: bool = False) -> TaskResult:
+                       version: str | None = None, options: PredictOptions | None = None, **given) -> TaskResult:
     """Predict a SQuAD file with a fine-tuned model; write the prediction files, and results.json
-    with the official metrics when the file has answers. A model without a span head is refused
-    unless `allow_missing_weights` (its answers would come from random weights)."""
-    data = read_squad(data_file, version, skip_bad_rows)
-    examples = subsample(data.examples, max_examples, subset_seed)
+    with the official metrics when the file has answers. `options` (or its fields as keywords). A
+    model without a span head is refused unless `allow_missing_weights` (its answers would come from
+    random weights)."""
+    o = options or PredictOptions(**given)
+    data = read_squad(data_file, version, o.skip_bad_rows)
+    examples = subsample(data.examples, o.max_examples, o.subset_seed)
     tokenizer = model_tokenizer(model_dir)
-    model = HEAD.from_pretrained(model_dir, require_head=True,
-                                                     allow_missing_weights=allow_missing_weights)
+    model = BertForQuestionAnswering.from_pretrained(model_dir, require_head=True,
+                                                     allow_missing_weights=o.allow_missing_weights)
     started = time.perf_counter()
-    result = predict_squad(model, tokenizer, examples, data.version == "2.0", max_seq_length, doc_stride,
-                           max_query_length, n_best_size, max_answer_length, null_score_diff_threshold,
-                           batch_size, device=device, precision=precision)
-    metrics, applied = _scored(examples, result, search_null_threshold, data.has_answers)
+    answering = {f.name: getattr(o, f.name) for f in dataclasses.fields(Answering)}
+    result = predict_squad(model, tokenizer, examples, data.version == "2.0", o.batch_size, device=o.device,
+                           precision=o.precision, **answering)
+    metrics, applied = _scored(examples, result, o.search_null_threshold, data.has_answers)
     files = applied.write(output_dir)
     record = {"task": "squad", "version": data.version, "model": str(model_dir), "data_file": str(data_file),
               "examples": len(examples), "bad_rows_skipped": data.bad_rows_skipped,
@@ -547,112 +657,7 @@ def add_window_arguments(parser) -> None:
                              "threshold found on the gold answers")
 
 
-def _add_run_arguments(parser) -> None:
-    """The window arguments and what `finetune squad` and `predict squad` share besides."""
-    add_window_arguments(parser)
-    parser.add_argument("--max-seq-length", type=flags.int_between(MIN_SEQ_LENGTH), default=MAX_SEQ_LENGTH)
-    parser.add_argument("--device", default="auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
-    add_precision_argument(parser)
-    parser.add_argument("--skip-bad-rows", action="store_true", help="skip (and count) malformed questions")
-    parser.add_argument("--subset-seed", type=flags.seed, default=0, help="seed of the --max-*-examples samples")
-
-
-def add_finetune_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="pre-trained model directory (Hugging Face layout)")
-    parser.add_argument("--train-file", required=True, help="SQuAD JSON (v1.1 or v2.0)")
-    parser.add_argument("--dev-file", default=None, help="SQuAD JSON to predict and score after training")
-    parser.add_argument("--output", required=True, help="directory for the model, predictions and results.json")
-    add_overwrite_argument(parser)
-    parser.add_argument("--epochs", type=flags.positive_float, default=3.0)
-    parser.add_argument("--learning-rate", type=flags.positive_float, default=5e-5)
-    parser.add_argument("--batch-size", type=flags.positive_int, default=32, help="effective batch size (across --grad-accum)")
-    parser.add_argument("--grad-accum", type=flags.positive_int, default=1)
-    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64)
-    parser.add_argument("--warmup-ratio", type=flags.probability, default=0.1)
-    parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
-    add_dropout_argument(parser)
-    parser.add_argument("--seed", type=flags.seed, default=42)
-    add_max_examples_arguments(parser, how="a seeded random sample")
-    parser.add_argument("--article-split", type=flags.open_fraction, default=None, metavar="FRACTION",
-                        help="train on this fraction of the training file's articles; evaluate only on dev "
-                             "articles outside it (the local SQuAD v2.0 protocol, see the module doc)")
-    parser.add_argument("--split-seed", type=flags.seed, default=0)
-    parser.add_argument("--logging-steps", type=flags.positive_int, default=50)
-    parser.add_argument("--save-steps", type=flags.non_negative_int, default=0,
-                        help="checkpoint every N steps, in --output/runs/<run>/ (0: none)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --output from its newest checkpoint (--save-steps)")
-    _add_run_arguments(parser)
-
-
-def run_finetune(args) -> int:
-    if not args.resume:  # --resume continues the run in --output on purpose
-        check_finetune_output(args)
-    record = finetune_squad(
-        args.model, args.train_file, args.output, args.dev_file, version=args.version, epochs=args.epochs,
-        learning_rate=args.learning_rate, batch_size=args.batch_size, grad_accum=args.grad_accum,
-        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, max_query_length=args.max_query_length,
-        n_best_size=args.n_best_size, max_answer_length=args.max_answer_length,
-        null_score_diff_threshold=args.null_score_diff_threshold,
-        search_null_threshold=not args.no_threshold_search, seed=args.seed, precision=args.precision,
-        device=args.device, max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-        subset_seed=args.subset_seed, article_split_fraction=args.article_split, split_seed=args.split_seed,
-        eval_batch_size=args.eval_batch_size, warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-        skip_bad_rows=args.skip_bad_rows, logging_steps=args.logging_steps, save_steps=args.save_steps,
-        resume=args.resume, dropout=args.dropout).document
-    print(json.dumps(record.get("metrics"), indent=2))
-    return 0
-
-
-def add_predict_arguments(parser) -> None:
-    parser.add_argument("--model", required=True, help="fine-tuned SQuAD model directory")
-    parser.add_argument("--input", required=True, help="SQuAD JSON to answer")
-    parser.add_argument("--output", required=True, help="directory for predictions.json and friends")
-    add_overwrite_argument(parser)
-    parser.add_argument("--eval-batch-size", type=flags.positive_int, default=64,
-                        help="windows per forward pass (default 64)")
-    parser.add_argument("--max-examples", type=flags.positive_int, default=None, help="a seeded random sample of questions")
-    parser.add_argument("--allow-missing-weights", action="store_true",
-                        help="predict even with a model that has no span head (its answers are random)")
-    _add_run_arguments(parser)
-
-
-def run_predict(args) -> int:
-    check_output_dir(args.output, overwrite=args.overwrite, kind="predictions")
-    record = predict_squad_file(
-        args.model, args.input, args.output, version=args.version, max_seq_length=args.max_seq_length,
-        doc_stride=args.doc_stride, max_query_length=args.max_query_length, n_best_size=args.n_best_size,
-        max_answer_length=args.max_answer_length, null_score_diff_threshold=args.null_score_diff_threshold,
-        search_null_threshold=not args.no_threshold_search, batch_size=args.eval_batch_size, device=args.device,
-        precision=args.precision, max_examples=args.max_examples, subset_seed=args.subset_seed,
-        skip_bad_rows=args.skip_bad_rows, allow_missing_weights=args.allow_missing_weights).document
-    if record["metrics"] is not None:
-        print(json.dumps(record["metrics"], indent=2))
-    return 0
-
-
-def add_evaluate_arguments(parser) -> None:
-    parser.add_argument("data_file", metavar="DATA_FILE", help="official SQuAD JSON (v1.1 or v2.0)")
-    parser.add_argument("pred_file", metavar="PRED_FILE", help="predictions.json: question id -> answer text")
-    parser.add_argument("--na-prob-file", default=None, help="v2.0: question id -> no-answer score (null_odds.json)")
-
-
-def run_evaluate(args) -> int:
-    """Exactly the official scripts' numbers and keys, as one JSON object (what `predict squad` prints)."""
-    result = evaluate_prediction_file(args.data_file, args.pred_file, args.na_prob_file)
-    print(json.dumps(result.document["metrics"]))
-    return 0
-
-
-# --------------------------------------------------------------------------- the task surface and its benchmarks
-
-HEAD = BertForQuestionAnswering
-read = read_squad
-featurize = squad_windows
-postprocess = postprocess_predictions
-score = score_predictions
-finetune = finetune_squad
-predict = predict_squad_file
+# --------------------------------------------------------------------------- benchmarks
 
 
 def run_benchmark(version: str, settings: BenchmarkSettings) -> TaskResult:
@@ -703,7 +708,7 @@ def best_of_seeds(results: list[TaskResult], output_dir: Path) -> TaskResult:
                       model_dir=str(output_dir / "model"))
 
 
-BENCHMARKS = (
+SQUAD_BENCHMARKS = (
     Benchmark(name="squad", label="SQuAD v1.1 F1", max_seq_length=MAX_SEQ_LENGTH,
               has_data=lambda data_dir: (data_dir / "squad" / "train-v1.1.json").is_file(),
               run=lambda settings: run_benchmark("1.1", settings)),

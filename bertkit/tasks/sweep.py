@@ -1,10 +1,12 @@
 """The paper's fine-tuning protocol (§4, appendix A.3): one run per configuration of the grid
 (learning rate x epochs x batch size) and seed, the best dev score wins, every run reported.
-`run_sweep` is the loop (with resume, sweep_state.py); `run_protocol` runs it for a task that
-builds a model, trains it with `train_one` (the shared training loop) and scores it on dev."""
+`run_sweep` is the loop (with resume, sweep_state.py); `run_protocol` runs a `Sweep` (a task that
+builds a model, trains it with `train_one`, the shared training loop, and scores it on dev), the
+task's RunSettings passed whole, one `RunSettings.point` per run."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from ..device import resolve_precision
 from ..errors import BertkitError
 from ..train.loop import Phase, TrainArgs, dist_info, fit, set_seed
 from .runs import RunResult, config_text, run_name
+from .settings import RunSettings
 from .sweep_state import SweepState
 
 log = logging.getLogger("bertkit")
@@ -26,9 +29,9 @@ def predict_precision(model, precision: str) -> str:
     return resolve_precision(precision, next(model.parameters()).device)
 
 
-def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
+def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult], *, resume: bool,
               on_run: Callable[[RunResult], None] | None = None, state_dir: str | Path | None = None,
-              resume: bool = False, identity: dict | None = None):
+              identity: dict | None = None):
     """Run every configuration; the best dev score wins (the paper's selection). Returns (best, runs).
     Only the best run keeps its artifacts, so a large grid does not hold every model in memory.
 
@@ -64,37 +67,53 @@ def run_sweep(configs: list[dict], run_one: Callable[[dict], RunResult],
     return best, runs
 
 
-def train_one(model, features, config: dict, precision: str = "auto", device: str = "auto",
-              warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
-              output_dir: str | Path | None = None, evaluate: Callable | None = None, logging_steps: int = 50,
-              eval_steps: int = 0, grad_accum: int = 1, stop_after_eval: Callable[[dict], bool] | None = None,
-              eval_per_epoch: bool = False, progress: bool | None = None, phase: str = "train", save_steps: int = 0,
-              resume: bool = False, tokenizer=None, batch_source: Callable | None = None):
-    """One fine-tuning run through the shared training loop: AdamW (decay 0.01, eps 1e-6), linear
-    warm-up over the first warmup_ratio of the steps then linear decay, gradient clipping at 1.0.
-    The batch size is the effective one: grad_accum micro-batches of batch_size / grad_accum make a step.
-    With output_dir the loop writes the run's metrics.jsonl there (training loss every logging_steps,
-    `evaluate(model) -> dict` every eval_steps and at the end) for `bertkit plot`. `eval_per_epoch`
-    (with eval_steps 0) evaluates at the end of every epoch; `stop_after_eval(metrics)` may end the
-    run after an evaluation (early stopping). `save_steps` N checkpoints the run in output_dir every N
-    steps (with `tokenizer`, loadable as models); `resume` continues from the newest one there.
-    `batch_source(features, batch_size, seed, pad_token_id)` makes the batches (default: FeatureSource's
-    seeded shuffles)."""
-    batch_size = int(config["batch_size"])
-    if grad_accum < 1 or batch_size % grad_accum:
-        raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {grad_accum}")
-    source = (batch_source or FeatureSource)(features, batch_size // grad_accum, seed=int(config["seed"]),
-                                             pad_token_id=pad_token_id)
-    if eval_per_epoch and not eval_steps:
-        eval_steps = -(-source.num_batches(0) // grad_accum)  # the optimizer steps of one epoch
-    args = TrainArgs(output_dir=None if output_dir is None else str(output_dir),
-                     learning_rate=float(config["learning_rate"]), warmup_ratio=warmup_ratio, grad_accum=grad_accum,
-                     weight_decay=weight_decay, precision=precision, device=device, seed=int(config["seed"]),
-                     logging_steps=logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
-                     save_final_model=False, progress=progress, save_steps=save_steps, resume=resume,
-                     tokenizer=tokenizer)
-    return fit(model, Phase(source, epochs=config["epochs"], name=phase), args, evaluate=evaluate,
-               stop_after_eval=stop_after_eval)
+@dataclasses.dataclass(frozen=True)
+class TaskHooks:
+    """What a task adds to each of its training runs: padding, the tokenizer saved beside checkpoints,
+    its batch source (`batch_source(features, batch_size, seed, pad_token_id)`, default FeatureSource's
+    seeded shuffles) and the name metrics.jsonl gives the phase."""
+
+    pad_token_id: int = 0
+    tokenizer: object = None
+    batch_source: Callable | None = None
+    phase: str = "train"
+
+
+@dataclasses.dataclass(frozen=True)
+class DevHooks:
+    """Dev inside a run: `evaluate(model) -> dict` every --eval-steps and at the end (`per_epoch`: at the
+    end of every epoch instead), `stop_after_eval(metrics)` may end the run (early stopping)."""
+
+    evaluate: Callable | None = None
+    stop_after_eval: Callable[[dict], bool] | None = None
+    per_epoch: bool = False
+
+
+def train_one(model, features, run: RunSettings, hooks: TaskHooks = TaskHooks(),
+              output_dir: str | Path | None = None, dev: DevHooks = DevHooks()):
+    """One fine-tuning run (`run`: one point of the grid, RunSettings.point) through the shared
+    training loop: AdamW (eps 1e-6), linear warm-up over the first warmup_ratio of the steps then
+    linear decay, gradient clipping at 1.0. The batch size is the effective one: grad_accum
+    micro-batches of batch_size / grad_accum make a step. With output_dir the loop writes the run's
+    metrics.jsonl there (training loss every logging_steps, dev every eval_steps and at the end) for
+    `bertkit plot`, and checkpoints every save_steps (with the tokenizer, loadable as models);
+    `resume` continues from the newest one there."""
+    batch_size, seed = run.batch_size, run.seed
+    if batch_size % run.grad_accum:
+        raise BertkitError(f"batch size {batch_size} is not a multiple of --grad-accum {run.grad_accum}")
+    source = (hooks.batch_source or FeatureSource)(features, batch_size // run.grad_accum, seed=seed,
+                                                   pad_token_id=hooks.pad_token_id)
+    eval_steps = run.eval_steps
+    if dev.per_epoch and not eval_steps:
+        eval_steps = -(-source.num_batches(0) // run.grad_accum)  # the optimizer steps of one epoch
+    args = TrainArgs(output_dir=None if output_dir is None else str(output_dir), learning_rate=run.learning_rate,
+                     warmup_ratio=run.warmup_ratio, grad_accum=run.grad_accum, weight_decay=run.weight_decay,
+                     precision=run.precision, device=run.device, seed=seed,
+                     logging_steps=run.logging_steps if output_dir is not None else 10**9, eval_steps=eval_steps,
+                     save_final_model=False, progress=run.progress, save_steps=run.save_steps, resume=run.resume,
+                     tokenizer=hooks.tokenizer)
+    return fit(model, Phase(source, epochs=run.num_epochs, name=hooks.phase), args, evaluate=dev.evaluate,
+               stop_after_eval=dev.stop_after_eval)
 
 
 def figures(trained) -> dict:
@@ -139,71 +158,84 @@ class DevTracker:
             log.info(f"early stopping: kept the weights of dev evaluation {self.best_at} of {self.evaluations}")
 
 
-def run_protocol(configs: list[dict], build_model: Callable[[], torch.nn.Module], train_features: list[dict],
-                 evaluate: Callable | None, score: Callable[[dict], float], precision: str = "auto",
-                 device: str = "auto", warmup_ratio: float = 0.1, weight_decay: float = 0.01, pad_token_id: int = 0,
-                 label: str = "", train: Callable | None = None, runs_dir: str | Path | None = None,
-                 logging_steps: int = 50, eval_steps: int = 0, resume: bool = False, identity: dict | None = None,
-                 early_stopping_patience: int | None = None, selects: bool = True, evaluates_in_loop: bool = True):
-    """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins.
+@dataclasses.dataclass
+class Sweep:
+    """One task's sweep: the grid's `configs` (one run each), a fresh model per run (`build_model()`,
+    from the pre-trained weights; the seed is set first, so restarts differ in head initialisation as
+    well as in shuffling), the training features, `evaluate(model) -> (metrics, outputs)` on dev and
+    `score(metrics)`, the one run's selection value.
 
-    `build_model()` makes a fresh model from the pre-trained weights (the seed is set first, so restarts
-    differ in head initialisation as well as in shuffling); `evaluate(model) -> (metrics, outputs)`;
-    the best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
-    runs_dir, each run writes runs_dir/<run_name>/metrics.jsonl (its losses and dev metrics), and
-    `resume` continues an interrupted sweep there (`run_sweep`): its runs must have had the same
-    `identity` (the caller's data and settings) and training settings.
+    `runs_dir`: each run writes runs_dir/<run_name>/metrics.jsonl, and --resume continues an
+    interrupted sweep there, whose runs must have had the same `identity` (the caller's data and
+    settings). `evaluate` None (no dev data): one run, trained to the end and kept without selection;
+    `selects` False (no dev, but splits scored beside it, e.g. a labelled test file): the same one
+    run, `evaluate` scoring it once at the end. `evaluates_in_loop` False: dev is not scored inside
+    the loop (not in metrics.jsonl) unless early stopping needs it, only after the run. `train`
+    stands in for train_one (tests)."""
 
-    `early_stopping_patience` N: dev is scored every eval_steps (else every epoch) and a run stops
-    after N evaluations without a better score, keeping its best weights (DevTracker). `evaluate`
-    None (no dev data): one run, trained to the end and kept without selection (score 0, no metrics);
-    `selects` False (no dev, but splits scored beside it, e.g. a labelled test file): the same one run,
-    `evaluate` scoring it once at the end. `evaluates_in_loop` False: dev is not scored inside the
-    loop (not in metrics.jsonl) unless early stopping needs it, only after the run."""
-    if not configs:
+    configs: list[dict]
+    build_model: Callable[[], torch.nn.Module]
+    train_features: list
+    evaluate: Callable | None
+    score: Callable[[dict], float]
+    settings: RunSettings
+    hooks: TaskHooks = TaskHooks()
+    label: str = ""
+    runs_dir: str | Path | None = None
+    identity: dict | None = None
+    selects: bool = True
+    evaluates_in_loop: bool = True
+    train: Callable | None = None
+
+
+def run_protocol(sweep: Sweep):
+    """The paper's protocol: one run per configuration (grid x seeds), the best dev score wins; the
+    best run keeps (model, outputs) as its artifacts. Logs one line per finished run. With
+    --early-stopping-patience N, dev is scored every eval_steps (else every epoch) and a run stops
+    after N evaluations without a better score, keeping its best weights (DevTracker)."""
+    s, evaluate = sweep.settings, sweep.evaluate
+    if not sweep.configs:
         raise BertkitError("no run to do: the learning-rate, epochs, batch-size and seed lists must not be empty")
     main = dist_info()[0] == 0  # under torchrun every rank trains, rank 0 alone scores and selects
-    selects = selects and evaluate is not None
-    if early_stopping_patience and dist_info()[1] > 1:
+    selects = sweep.selects and evaluate is not None
+    patience = s.early_stopping_patience
+    if patience and dist_info()[1] > 1:
         raise BertkitError("--early-stopping-patience stops a run on rank 0's dev scores: not under torchrun")
-    if not selects and (len(configs) > 1 or early_stopping_patience):
+    if not selects and (len(sweep.configs) > 1 or patience):
         raise BertkitError("without dev data there is nothing to choose runs or stop on: give a dev file or "
                            "--dev-fraction, or one learning rate, epoch count, batch size and seed")
-    train = train or train_one
+    train = sweep.train or train_one
 
     def run_one(config: dict) -> RunResult:
         start = time.perf_counter()
         set_seed(int(config["seed"]))
-        model = build_model()
-        tracker = DevTracker(evaluate, score, early_stopping_patience) if selects else None
-        in_loop = {} if tracker is None else dict(evaluate=tracker.in_loop, eval_steps=eval_steps)
-        if early_stopping_patience:
-            in_loop.update(stop_after_eval=tracker.should_stop, eval_per_epoch=True)
-        logged = {} if runs_dir is None else dict(output_dir=Path(runs_dir) / run_name(config),
-                                                  logging_steps=logging_steps, eval_steps=eval_steps)
-        if (runs_dir is not None and evaluates_in_loop) or early_stopping_patience:
-            logged.update(in_loop)
-        trained = train(model, train_features, config, precision=precision, device=device, warmup_ratio=warmup_ratio,
-                        weight_decay=weight_decay, pad_token_id=pad_token_id, **logged)
+        model = sweep.build_model()
+        tracker = DevTracker(evaluate, sweep.score, patience) if selects else None
+        dev = DevHooks()
+        if tracker is not None and ((sweep.runs_dir is not None and sweep.evaluates_in_loop) or patience):
+            dev = DevHooks(tracker.in_loop, tracker.should_stop if patience else None, per_epoch=bool(patience))
+        output_dir = None if sweep.runs_dir is None else Path(sweep.runs_dir) / run_name(config)
+        trained = train(model, sweep.train_features, s.point(config), sweep.hooks, output_dir, dev)
         if tracker is not None and tracker.kept is not None:
             tracker.finish(model)
             metrics, outputs = tracker.kept
         else:
             metrics, outputs = ({}, {}) if evaluate is None or not main else evaluate(model)
         return RunResult(config=dict(config), metrics=metrics,
-                         score=float(score(metrics)) if selects and metrics else 0.0,
+                         score=float(sweep.score(metrics)) if selects and metrics else 0.0,
                          seconds=time.perf_counter() - start, artifacts=(model, outputs), training=figures(trained))
 
     def report(result: RunResult) -> None:
         if not selects:
-            log.info(f"{label}: {config_text(result.config)}: trained in {result.seconds:.1f} s (no dev data)")
+            log.info(f"{sweep.label}: {config_text(result.config)}: trained in {result.seconds:.1f} s (no dev data)")
             return
         shown = " ".join(f"{k} {v:.4f}" for k, v in result.metrics.items() if isinstance(v, float))
-        log.info(f"{label}: {config_text(result.config)}: dev score {result.score:.4f} ({shown}) "
+        log.info(f"{sweep.label}: {config_text(result.config)}: dev score {result.score:.4f} ({shown}) "
                  f"in {result.seconds:.1f} s")
 
-    identity = {"task": label, "train_features": len(train_features), "warmup_ratio": warmup_ratio,
-                "weight_decay": weight_decay, **(identity or {})}
-    if early_stopping_patience:
-        identity["early_stopping_patience"] = early_stopping_patience
-    return run_sweep(configs, run_one, on_run=report, state_dir=runs_dir, resume=resume, identity=identity)
+    identity = {"task": sweep.label, "train_features": len(sweep.train_features), "warmup_ratio": s.warmup_ratio,
+                "weight_decay": s.weight_decay, **(sweep.identity or {})}
+    if patience:
+        identity["early_stopping_patience"] = patience
+    return run_sweep(sweep.configs, run_one, on_run=report, state_dir=sweep.runs_dir, resume=s.resume,
+                     identity=identity)

@@ -14,7 +14,12 @@ answers, in order:
   run, `metric` the headline (the paper's table cell);
 - `prediction_text(prediction)` and `write_outputs(...)`: prediction files; `document` results.json's
   layout (the runner's, unless a task kept its own);
-- `defaults`: the paper's (or its anchor's) learning rates, epochs, batch sizes and max length.
+- `defaults`: the paper's (or its anchor's) learning rates, epochs, batch sizes and max length;
+- its command line, `bertkit finetune NAME`: `add_data_arguments(parser)` (its files and options;
+  RunSettings' flags are added for it), `from_args(args, settings)` the task object from them,
+  `report(result)` what the command prints; `run_finetune` ties them to the runner. A task with
+  more commands offers `add_predict_arguments` / `run_predict` or `add_evaluate_arguments` /
+  `run_evaluate`; `benchmarks()` are what `bertkit reproduce` runs of it.
 
 The runner does the rest, the same way for every task: the sweep, restarts, dev selection,
 resume, early stopping, results.json, the model folder. A new task is one file with such a class
@@ -23,72 +28,19 @@ and one line in tasks/registry.py.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Sequence
 
 from ..batching import FeatureSource
 from ..inference.predict_batches import predict_batches
 from ..hub.checkpoints import model_tokenizer
-from .results import results_document, write_predictions
+from . import runner
+from .arguments import add_overwrite_argument, check_finetune_output
+from .results import TaskResult, results_document, write_predictions
 from .runs import RunResult
+from .settings import DEV_FRACTION, Defaults, RunSettings, add_arguments
+from .splits import Runtime, Splits
 from .sweep import predict_precision
-
-
-@dataclasses.dataclass(frozen=True)
-class Defaults:
-    """A task's settings when no flag says otherwise: `paper` is the protocol of the paper (or its
-    anchor) as a grid; `single` the one run an own-data command makes without `--grid paper`."""
-
-    learning_rates: tuple[float, ...]
-    learning_rate: float | None = None  # the one run's (own-data commands without --grid paper); None: the first
-    epochs: tuple[float, ...] = (3,)
-    batch_sizes: tuple[int, ...] = (32,)
-    batch_size: int | None = None  # the one run's, as learning_rate; None: the first
-    num_train_epochs: float | None = None  # the one run's, as learning_rate; None: the first
-    max_seq_length: int = 128
-    eval_batch_size: int = 128
-    anchor: str = ""  # where they come from, for --help ("the paper's §4.1 GLUE protocol")
-
-    @property
-    def single_learning_rate(self) -> float:
-        return self.learning_rate if self.learning_rate is not None else self.learning_rates[0]
-
-    @property
-    def single_batch_size(self) -> int:
-        return self.batch_size if self.batch_size is not None else self.batch_sizes[0]
-
-    @property
-    def single_epochs(self) -> float:
-        return self.num_train_epochs if self.num_train_epochs is not None else self.epochs[0]
-
-
-@dataclasses.dataclass
-class Splits:
-    """A task's examples by split. `dev` None: no dev data (one run, no selection); `reported`:
-    splits scored beside dev but not used to select (MNLI's mismatched dev)."""
-
-    train: Sequence
-    dev: Sequence | None
-    test: Sequence | None = None
-    reported: dict[str, Sequence] = dataclasses.field(default_factory=dict)
-    details: dict = dataclasses.field(default_factory=dict)  # what results.json records about the data
-
-    def named(self) -> dict[str, Sequence]:
-        named = {"train": self.train, **({"dev": self.dev} if self.dev is not None else {}),
-                 **({"test": self.test} if self.test is not None else {})}
-        return {**named, **self.reported}
-
-
-@dataclasses.dataclass(frozen=True)
-class Runtime:
-    """What prediction needs besides the model: the tokenizer, batch size and precision."""
-
-    tokenizer: object
-    eval_batch_size: int
-    precision: str
-    max_seq_length: int
-    device: str = "auto"
 
 
 class Task:
@@ -106,6 +58,60 @@ class Task:
     phase: str = "train"  # how metrics.jsonl names the training phase
     evaluates_in_loop: bool = True  # dev in each run's metrics.jsonl (False: scored after the run only,
     # and each epoch with early stopping)
+    own_data: bool = False  # a command on the user's files: one run unless --grid paper (else the paper's grid)
+    skipped_settings: tuple[str, ...] = DEV_FRACTION  # RunSettings flags the command does not take
+    model_help: str = "pre-trained model directory (Hugging Face layout)"
+
+    # ---------------------------------------------------------------- the command line
+
+    @classmethod
+    def summary(cls) -> str:
+        """`bertkit finetune --help`'s line for the task: the first line of the class docstring."""
+        return (cls.__doc__ or cls.name).strip().splitlines()[0]
+
+    @classmethod
+    def epilog(cls) -> str | None:
+        return None
+
+    @classmethod
+    def add_data_arguments(cls, parser) -> None:
+        """The task's own flags: its files, columns, windows ..."""
+
+    @classmethod
+    def add_finetune_arguments(cls, parser) -> None:
+        parser.add_argument("--model", required=True, help=cls.model_help)
+        parser.add_argument("--output", required=True, help="output directory")
+        add_overwrite_argument(parser)
+        cls.add_data_arguments(parser)
+        add_arguments(parser, cls.defaults, own_data=cls.own_data, skip=cls.skipped_settings)
+        parser.epilog = cls.epilog()
+
+    @classmethod
+    def settings_from_args(cls, args) -> RunSettings:
+        return RunSettings.from_args(args, cls.defaults)
+
+    @classmethod
+    def from_args(cls, args, settings: RunSettings) -> "Task":
+        """The task object of `bertkit finetune NAME`'s flags."""
+        raise NotImplementedError
+
+    @classmethod
+    def run_finetune(cls, args) -> int:
+        check_finetune_output(args)
+        settings = cls.settings_from_args(args)
+        task = cls.from_args(args, settings)
+        task.report(runner.finetune(task, args.model, args.output, settings), args)
+        return 0
+
+    @classmethod
+    def benchmarks(cls) -> tuple:
+        """The data sets `bertkit reproduce` runs with the task (tasks/benchmarks.Benchmark)."""
+        return ()
+
+    def report(self, result: TaskResult, args) -> None:
+        """What the command says when done (the runner has logged the best run)."""
+
+    # ---------------------------------------------------------------- fine-tuning
 
     def tokenizer(self, model_dir):
         """The model folder's tokenizer (a task with --cased / --uncased overrides its do_lower_case)."""

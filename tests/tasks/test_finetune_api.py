@@ -11,7 +11,7 @@ import bertkit
 from bertkit.cli import build_parser, main
 from bertkit.errors import BertkitError
 from bertkit.tasks import custom
-from bertkit.tasks.arguments import sweep_options
+from bertkit.tasks.settings import RunSettings
 
 OWN_DATA = {"text-classification": custom.TEXT_DEFAULTS, "token-classification": custom.TOKEN_DEFAULTS,
             "multiple-choice": custom.MC_DEFAULTS, "question-answering": custom.QA_DEFAULTS}
@@ -32,12 +32,12 @@ def test_the_python_defaults_are_the_command_lines(task):
     args = build_parser({"finetune"}).parse_args(["finetune", task, "--model", "m", "--train-file", "t",
                                                   "--output", "o"])
     defaults = OWN_DATA[task]
-    from_flags = custom.own_data_settings(defaults, **sweep_options(args, defaults))
+    from_flags = RunSettings.from_args(args, defaults)
     assert from_flags == custom.own_data_settings(defaults)
     assert (from_flags.learning_rates, from_flags.batch_sizes, from_flags.epochs) == ((5e-5,), (8,), (3,))
     paper = build_parser({"finetune"}).parse_args(["finetune", task, "--model", "m", "--train-file", "t",
                                                    "--output", "o", "--grid", "paper"])
-    assert custom.own_data_settings(defaults, **sweep_options(paper, defaults)) == \
+    assert RunSettings.from_args(paper, defaults) == \
         custom.own_data_settings(defaults, grid="paper")
     assert custom.own_data_settings(defaults, grid="paper").batch_sizes == defaults.batch_sizes
 

@@ -20,7 +20,8 @@ from bertkit.errors import BertkitError
 from bertkit.inference.predict_batches import predict_batches as predict
 from bertkit.tasks.examples import subsample
 from bertkit.tasks.results import results_document
-from bertkit.tasks.sweep import run_protocol
+from bertkit.tasks.settings import RunSettings
+from bertkit.tasks.sweep import Sweep, run_protocol
 from bertkit.tasks.sweep_state import restorable
 from bertkit.tasks.glue import (finetune_glue, finetune_glue_tasks, glue_features, glue_table, glue_task, load_glue_split,
                                 task_folder)
@@ -84,19 +85,20 @@ _DEV_ACCURACY = {(5e-5, 1): 0.80, (5e-5, 2): 0.84, (3e-5, 1): 0.86, (3e-5, 2): 0
 
 
 def _stub_sweep(runs_dir, trained, stop_after=None, resume=False, identity=None):
-    def train(model, features, config, **kwargs):
+    def train(model, features, run, *hooks):
         if stop_after is not None and len(trained) == stop_after:
             raise KeyboardInterrupt  # the sweep is interrupted here
-        model.config = config
-        trained.append((config["learning_rate"], config["seed"]))
+        model.config = {"learning_rate": run.learning_rate, "epochs": run.num_epochs, "batch_size": run.batch_size,
+                        "seed": run.seed}
+        trained.append((run.learning_rate, run.seed))
 
     def evaluate(model):
         acc = _DEV_ACCURACY[(model.config["learning_rate"], model.config["seed"])]
         return {"accuracy": acc}, {"dev": [acc]}
 
     configs = [dict(learning_rate=lr, epochs=3, batch_size=32, seed=s) for lr in (5e-5, 3e-5) for s in (1, 2)]
-    return run_protocol(configs, _Trained, [{}], evaluate, score=lambda m: m["accuracy"], train=train, label="TEST",
-                        runs_dir=runs_dir, resume=resume, identity=identity)
+    return run_protocol(Sweep(configs, _Trained, [{}], evaluate, lambda m: m["accuracy"], RunSettings(resume=resume),
+                              train=train, label="TEST", runs_dir=runs_dir, identity=identity))
 
 
 def test_sweep_selects_best_dev_score_and_reports_every_run(caplog):
@@ -216,18 +218,18 @@ def test_one_run_accumulates_micro_batches_into_the_batch(tiny_model, tmp_path):
         n = 3 + 2 * i  # lengths differ, so the two ways pad differently
         features.append({"input_ids": [101, *torch.randint(1000, 2000, (n,), generator=generator).tolist(), 102],
                          "token_type_ids": [0] * (n + 2), "attention_mask": [1] * (n + 2), "labels": i % 2})
-    config = dict(learning_rate=1e-2, epochs=2, batch_size=4, seed=1)
+    run = RunSettings(learning_rates=(1e-2,), epochs=(2,), batch_sizes=(4,), seeds=(1,), precision="fp32", device="cpu")
     trained = []
     for grad_accum in (1, 2):
         model = BertForSequenceClassification.from_pretrained(directory)
-        train_one(model, features, config, precision="fp32", device="cpu", grad_accum=grad_accum)
+        train_one(model, features, dataclasses.replace(run, grad_accum=grad_accum))
         trained.append(model.state_dict())
     start = BertForSequenceClassification.from_pretrained(directory).state_dict()
     assert not torch.allclose(trained[0]["classifier.weight"], start["classifier.weight"])  # it did train
     for name, value in trained[0].items():
         assert torch.allclose(value, trained[1][name], atol=1e-5), name
     with pytest.raises(BertkitError, match="batch size 4 is not a multiple of --grad-accum 3"):
-        train_one(model, features, config, precision="fp32", device="cpu", grad_accum=3)
+        train_one(model, features, dataclasses.replace(run, grad_accum=3))
 
 
 @pytest.mark.slow
@@ -251,8 +253,8 @@ def test_one_run_lands_where_transformers_does(data_dir, one_thread):
     reference.classifier.load_state_dict(ours.classifier.state_dict())
     pretrained_pooler = reference.bert.pooler.dense.weight.detach().clone()
 
-    config = dict(learning_rate=1e-4, epochs=1, batch_size=12, seed=3)
-    train_one(ours, features, config, precision="fp32", device="cpu", warmup_ratio=0.4)
+    train_one(ours, features, RunSettings(learning_rates=(1e-4,), epochs=(1,), batch_sizes=(12,), seeds=(3,),
+                                          precision="fp32", device="cpu", warmup_ratio=0.4))
 
     encoded = reference_tokenizer([e.text_a for e in examples], [e.text_b for e in examples], truncation=True,
                                   max_length=128)

