@@ -170,9 +170,9 @@ def _array_paths(output: Path) -> dict[str, Path]:
 
 
 def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers: Sequence[int] = (-1, -2, -3, -4),
-                   pool: str = "none", fmt: str = "jsonl", dtype: str = "float32", batch_size: int = 32,
-                   max_seq_length: int = 128, device=None, precision: str = "fp32", progress: bool = False) -> dict:
-    """Extract and write. jsonl: one JSON object per input line (streams). npy: OUTPUT.npy the
+                   pool: str = "none", fmt: str = "jsonl", dtype: str = "float32", **run) -> dict:
+    """Extract and write (`run`: iter_features' batch_size, max_seq_length, device, precision,
+    progress). jsonl: one JSON object per input line (streams). npy: OUTPUT.npy the
     (total_tokens, dim) matrix (dim = k, H for pool none), OUTPUT.offsets.npy (n_texts + 1 int64:
     text i is rows offsets[i]:offsets[i+1]) and OUTPUT.tokens.txt (one token per line).
     safetensors: tensors `features`, `offsets`, `token_ids` in one file (+ OUTPUT.tokens.txt)."""
@@ -182,7 +182,7 @@ def write_features(model, tokenizer, texts: Sequence, output: str | Path, layers
         raise BertkitError(f"dtype must be float32 or float16, not {dtype!r}")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    stream = iter_features(model, tokenizer, texts, layers, pool, batch_size, max_seq_length, device, precision, progress)
+    stream = iter_features(model, tokenizer, texts, layers, pool, **run)
     count = 0
     if fmt == "jsonl":
         with output_stream(output) as handle:  # `-`: stdout; a file appears only complete, or not at all
@@ -293,8 +293,8 @@ def run_from_args(args) -> int:
     model = BertModel.from_pretrained(args.model, allow_missing_weights=args.allow_missing_weights)
     tokenizer = load_tokenizer(args.model, args.cased)
     summary = write_features(model, tokenizer, texts, args.output, _parse_layers(args.layers), args.pool, fmt,
-                             args.dtype, args.eval_batch_size, args.max_seq_length, args.device, args.precision,
-                             progress=sys.stderr.isatty())
+                             args.dtype, batch_size=args.eval_batch_size, max_seq_length=args.max_seq_length,
+                             device=args.device, precision=args.precision, progress=sys.stderr.isatty())
     # With `--output -` stdout holds the features: the summary goes to stderr.
     print(json.dumps(summary), file=sys.stderr if is_stdout(args.output) else sys.stdout)
     return 0

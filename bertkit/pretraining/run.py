@@ -22,12 +22,13 @@ import math
 import time
 from pathlib import Path
 
-from .. import flags
+from .. import flags, settings
 from ..config import BertConfig
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..metrics import perplexity
 from ..outputs import atomic_write_text, check_not_an_input_folder
+from ..settings import setting
 from ..tokenizer import BertTokenizer
 from ..train import Phase, TrainArgs, fit
 from ..train.loop import dist_info, set_seed
@@ -99,49 +100,79 @@ def make_evaluator(eval_source: PretrainingBatchSource, max_batches: int):
 
 @dataclasses.dataclass
 class PretrainOptions:
-    """What `bertkit pretrain` takes besides the data and the output folder: one field per flag.
-    Settings left as None come from the recipe (the paper's, or with `time_budget` the one measured
-    best for that budget, recipe.py)."""
+    """What `bertkit pretrain` takes besides the data and the output folder: one field per flag, its
+    type, help and default written here once (the command line is made from these fields,
+    bertkit/settings.py). Settings left as None come from the recipe (the paper's, or with
+    `time_budget` the one measured best for that budget, recipe.py)."""
 
-    model_config: str | BertConfig | None = None  # a size preset, a config.json, or a BertConfig
-    max_steps: int | None = None
-    time_budget: str | float | None = None  # "15m", "1h30m" or seconds: the run ends on time
-    batch_size: int | None = None  # global: per-rank batch x ranks x grad_accum
-    grad_accum: int = 1
-    learning_rate: float | None = None
-    warmup_steps: int | None = None
-    warmup_ratio: float | None = None
-    weight_decay: float | None = None
-    max_grad_norm: float | None = None
-    dropout: float | None = None  # while pre-training; the saved config keeps the paper's for fine-tuning
-    masked_lm_prob: float | None = None  # a masking rate drawn at load time (default: the data's masks)
-    precision: str = "auto"
-    seed: int = 12345
-    logging_steps: int = 50
-    save_steps: int = 1000
-    eval_steps: int = 0
-    eval_data: str | None = None  # held-out pre-training data for MLM / NSP evaluation
-    eval_batches: int = 20
-    resume: bool = False
-    overwrite: bool = False
-    nsp: bool | None = None  # False: MLM only (with objective "mlm")
-    objective: Objective | str = "mlm"  # an Objective (objectives.OBJECTIVES) or its name
-    mask_mix: str | None = None
-    masking: str | None = None  # "static" / "dynamic": the data's masking mode overridden
-    phase2_data: str | None = None
-    phase2_fraction: float = 0.1
-    init_from: str | None = None  # continue from this checkpoint (its config and vocabulary)
-    device: str = "auto"
-    progress: bool | None = None
-    position_init: str | None = None
-    short_seq_length: int | None = None
-    short_seq_fraction: float | None = None
+    model_config: str | BertConfig | None = setting(
+        None, help="size preset (tiny, mini, small, medium, base, large) or config.json (default: mini, or the "
+                   "budget's recipe)")  # or a BertConfig, from Python
+    max_steps: int | None = setting(None, type=flags.positive_int,
+                                    help="optimizer steps (default 1000; set by --time-budget when given)")
+    time_budget: str | float | None = setting(
+        None, type=flags.duration,
+        help="wall-clock budget: N seconds, Ns, Nm, Nh or NhNm (e.g. 900, 15m, 1.5h, 1h30m; at most a week): the step "
+             "count is measured to fit it, the learning rate reaches zero at its end, and settings not given come "
+             "from the recipe measured best for it")
+    batch_size: int | None = setting(None, type=flags.positive_int,
+                                     help="global batch: per-rank batch x ranks x grad-accum (default 256)")
+    grad_accum: int = setting(1, type=flags.positive_int, help="micro-batches per optimizer step")
+    learning_rate: float | None = setting(None, type=flags.non_negative_float, help="peak learning rate (default 1e-4)")
+    warmup_steps: int | None = setting(None, type=flags.non_negative_int,
+                                       help="default 10000, or a share of the steps with --time-budget")
+    warmup_ratio: float | None = setting(None, type=flags.probability,
+                                         help="warm-up as a share of the steps (with --time-budget)")
+    weight_decay: float | None = setting(None, type=flags.non_negative_float, help="AdamW weight decay (default 0.01)")
+    max_grad_norm: float | None = setting(None, type=flags.non_negative_float, help="gradient clipping (default 1.0)")
+    dropout: float | None = setting(
+        None, type=flags.probability,
+        help="hidden and attention dropout while pre-training (default 0.1; 0 with --time-budget); the saved config "
+             "keeps 0.1 for fine-tuning")
+    masked_lm_prob: float | None = setting(None, type=flags.open_fraction,
+                                           help="masking rate drawn at load time (default: the data's)")
+    precision: str = setting("auto", choices=("auto", "fp32", "bf16"), help="bf16 autocast where native with auto")
+    seed: int = setting(12345, type=flags.seed, help="initialisation and data order")
+    logging_steps: int = setting(50, type=flags.positive_int, help="training loss to metrics.jsonl every N steps")
+    save_steps: int = setting(1000, type=flags.non_negative_int,
+                              help="checkpoint every N steps (with --time-budget: 4 checkpoints over the run)")
+    eval_steps: int = setting(0, type=flags.non_negative_int,
+                              help="evaluate every N steps (with --time-budget: 10 evaluations over the run)")
+    eval_data: str | None = setting(None, help="held-out pre-training data directory for MLM/NSP evaluation")
+    eval_batches: int = setting(20, type=flags.positive_int, help="batches of --eval-data per evaluation")
+    resume: bool = setting(False, action="store_true", help="continue from the latest checkpoint in --output")
+    overwrite: bool = setting(False, action="store_true", help="replace a run already in --output")
+    nsp: bool | None = setting(None, flag="--no-nsp", action="store_false",
+                               help="MLM only (the paper's No-NSP ablation)")  # False: MLM only (objective "mlm")
+    objective: Objective | str = setting(
+        "mlm", choices=("mlm", *OBJECTIVES),
+        help="mlm: masked LM with NSP (without: --no-nsp); ltr: left-to-right LM, no NSP; or any objective by name "
+             "(bert = mlm, no-nsp = mlm --no-nsp)")  # or an Objective (objectives.OBJECTIVES), from Python
+    mask_mix: str | None = setting(None, help="[MASK]/same/random percentages, e.g. 80,10,10 (dynamic masking)")
+    masking: str | None = setting(None, choices=("static", "dynamic"), help="override the data's masking mode")
+    phase2_data: str | None = setting(None, help="data directory for phase 2 (length 512)")
+    phase2_fraction: float = setting(0.1, type=flags.open_fraction, help="share of the steps in phase 2")
+    init_from: str | None = setting(
+        None, help="continue pre-training from this BERT checkpoint (Hugging Face layout, with vocab.txt); the data "
+                   "must use its vocabulary")
+    device: str = setting("auto", type=flags.device, help="auto | cpu | cuda | cuda:N")
+    progress: bool | None = setting(None, action=argparse.BooleanOptionalAction,
+                                    help="a progress bar (default: when stderr is a terminal)")
+    position_init: str | None = setting(
+        None, choices=POSITION_INITS,
+        help="how learned position embeddings start: normal (the paper's), sinusoidal, or neighbours (a sine table "
+             "whose first layer's heads start as previous- and next-token heads; default: the budget's recipe)")
+    short_seq_length: int | None = setting(
+        None, type=flags.non_negative_int,
+        help="train the first --short-seq-fraction of the steps on pairs cut to this length from --train-data (0: "
+             "off; default: the budget's recipe)")
+    short_seq_fraction: float | None = setting(None, type=flags.open_fraction,
+                                               help="share of the steps at --short-seq-length")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "PretrainOptions":
-        """The options of `bertkit pretrain`'s parsed flags (same names; --no-nsp is nsp=False)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"nsp"}
-        return cls(nsp=False if args.no_nsp else None, **{name: getattr(args, name) for name in names})
+        """The options of `bertkit pretrain`'s parsed flags (the fields' own flags)."""
+        return settings.from_args(cls, args)
 
 
 def pretrain(data: str, output: str, options: PretrainOptions | None = None, **settings):
@@ -390,52 +421,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-data", dest="train_data", required=True,
                    help="pre-training data directory (bertkit create-pretraining-data); the held-out one is --eval-data")
     p.add_argument("--output", required=True, help="run directory: model, checkpoints, metrics.jsonl")
-    p.add_argument("--time-budget", type=flags.duration,
-                   help="wall-clock budget: N seconds, Ns, Nm, Nh or NhNm (e.g. 900, 15m, 1.5h, 1h30m; at most a "
-                   "week): the step count is measured to fit "
-                   "it, the learning rate reaches zero at its end, and settings not given come from the recipe "
-                   "measured best for it")
-    p.add_argument("--model-config", help="size preset (tiny, mini, small, medium, base, large) or config.json "
-                   "(default: mini, or the budget's recipe)")
-    p.add_argument("--init-from", help="continue pre-training from this BERT checkpoint (Hugging Face layout, "
-                   "with vocab.txt); the data must use its vocabulary")
-    p.add_argument("--vocab", help="ignored unless it disagrees with the data's vocabulary (the data carries its own)")
-    p.add_argument("--max-steps", type=flags.positive_int, help="optimizer steps (default 1000; set by --time-budget when given)")
-    p.add_argument("--batch-size", type=flags.positive_int, help="global batch: per-rank batch x ranks x grad-accum (default 256)")
-    p.add_argument("--grad-accum", type=flags.positive_int, default=1)
-    p.add_argument("--learning-rate", type=flags.non_negative_float, help="peak learning rate (default 1e-4)")
-    p.add_argument("--warmup-steps", type=flags.non_negative_int, help="default 10000, or a share of the steps with --time-budget")
-    p.add_argument("--warmup-ratio", type=flags.probability, help="warm-up as a share of the steps (with --time-budget)")
-    p.add_argument("--weight-decay", type=flags.non_negative_float)
-    p.add_argument("--max-grad-norm", type=flags.non_negative_float)
-    p.add_argument("--dropout", type=flags.probability, help="hidden and attention dropout while pre-training (default 0.1; "
-                   "0 with --time-budget); the saved config keeps 0.1 for fine-tuning")
-    p.add_argument("--masked-lm-prob", type=flags.open_fraction, help="masking rate drawn at load time (default: the data's)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--device", type=flags.device, default="auto")
-    p.add_argument("--seed", type=flags.seed, default=12345)
-    p.add_argument("--logging-steps", type=flags.positive_int, default=50)
-    p.add_argument("--save-steps", type=flags.non_negative_int, default=1000, help="(with --time-budget: 4 checkpoints over the run)")
-    p.add_argument("--eval-steps", type=flags.non_negative_int, default=0, help="(with --time-budget: 10 evaluations over the run)")
-    p.add_argument("--eval-data", help="held-out pre-training data directory for MLM/NSP evaluation")
-    p.add_argument("--eval-batches", type=flags.positive_int, default=20)
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output")
-    p.add_argument("--overwrite", action="store_true", help="replace a run already in --output")
-    p.add_argument("--no-nsp", action="store_true", help="MLM only (the paper's No-NSP ablation)")
-    p.add_argument("--objective", default="mlm", choices=["mlm", *OBJECTIVES],
-                   help="mlm: masked LM with NSP (without: --no-nsp); ltr: left-to-right LM, no NSP; or any "
-                        "objective by name (bert = mlm, no-nsp = mlm --no-nsp)")
-    p.add_argument("--mask-mix", help="[MASK]/same/random percentages, e.g. 80,10,10 (dynamic masking)")
-    p.add_argument("--masking", choices=["static", "dynamic"], help="override the data's masking mode")
-    p.add_argument("--phase2-data", help="data directory for phase 2 (length 512)")
-    p.add_argument("--phase2-fraction", type=flags.open_fraction, default=0.1)
-    p.add_argument("--position-init", choices=POSITION_INITS, help="how learned position embeddings start: normal "
-                   "(the paper's), sinusoidal, or neighbours (a sine table whose first layer's heads start as "
-                   "previous- and next-token heads; default: the budget's recipe)")
-    p.add_argument("--short-seq-length", type=flags.non_negative_int, help="train the first --short-seq-fraction "
-                   "of the steps on pairs cut to this length from --train-data (0: off; default: the budget's recipe)")
-    p.add_argument("--short-seq-fraction", type=flags.open_fraction, help="share of the steps at --short-seq-length")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--vocab", help="a check only: refused when it disagrees with the data's vocabulary (the data "
+                                   "carries its own)")
+    settings.add_arguments(p, PretrainOptions)
 
 
 def run_from_args(args) -> int:

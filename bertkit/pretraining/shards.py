@@ -459,16 +459,13 @@ class PretrainingBatchSource:
         world_size: int = 1,
         drop_last: bool = True,
         *,
-        masking: str | None = None,
-        masked_lm_prob: float | None = None,
-        max_predictions: int | None = None,
         mask_mix: Sequence[float] | str | None = None,
-        whole_word: bool | None = None,
         objective: Objective | str = "mlm",
         nsp: bool = True,
-        trim: bool = True,
-        max_length: int | None = None,
+        **batch_options,
     ):
+        """`batch_options`: get_batch's (masking, masked_lm_prob, max_predictions, whole_word, trim,
+        max_length), checked on the first instance here."""
         if batch_size < 1:
             raise BertkitError("batch size must be at least 1")
         if not 0 <= rank < world_size:
@@ -479,10 +476,8 @@ class PretrainingBatchSource:
         self.rank = rank
         self.world_size = world_size
         self.drop_last = drop_last
-        self.options = dict(masking=masking, masked_lm_prob=masked_lm_prob, max_predictions=max_predictions,
-                            mask_mix=parse_mask_mix(mask_mix) if mask_mix is not None else None,
-                            whole_word=whole_word, objective=resolve_objective(objective, nsp), trim=trim,
-                            max_length=max_length)
+        self.options = dict(batch_options, mask_mix=parse_mask_mix(mask_mix) if mask_mix is not None else None,
+                            objective=resolve_objective(objective, nsp))
         # Fail now, not at the first batch, on options the data cannot serve.
         if len(dataset):
             dataset.get_batch([0], generator=torch.Generator().manual_seed(0), **self.options)

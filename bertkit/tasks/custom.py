@@ -197,14 +197,21 @@ def _str(path) -> str | None:
     return None if path is None else str(path)
 
 
+# The columns and format of a text-classification file (TextClassificationTask's, the command's flags).
+TEXT_OPTIONS = ("text_column", "text_pair_column", "label_column", "id_column", "regression", "file_format", "quoting")
+
+
+def task_options(options: dict, names) -> dict:
+    """The task's own options (columns, formats) out of a Python call's keywords; the rest are run settings."""
+    return {name: options.pop(name) for name in names if name in options}
+
+
 def finetune_text_classification(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
-                                 text_column: str = "text", text_pair_column: str | None = None,
-                                 label_column: str = "label", id_column: str | None = None,
-                                 regression: bool | None = None, file_format: str | None = None,
-                                 quoting: str | None = None, settings: RunSettings | None = None,
-                                 **options) -> TaskResult:
+                                 settings: RunSettings | None = None, **options) -> TaskResult:
     """Fine-tune BertForSequenceClassification on the user's CSV / TSV / JSON lines files; the
-    TaskResult's document is results.json. `settings` / `options`: own_data_settings's (default:
+    TaskResult's document is results.json. `options`: the file's columns and format (TEXT_OPTIONS:
+    text_column "text", text_pair_column, label_column "label", id_column, regression, file_format,
+    quoting, as the command's flags) and own_data_settings's run options, or `settings` (default:
     one run, as `bertkit finetune text-classification`; grid="paper" for the paper's GLUE grid).
 
     Labels: any strings, sorted (numerically when all are whole numbers) into config.json's
@@ -212,9 +219,7 @@ def finetune_text_classification(model_dir, train_file, dev_file=None, output_di
     training label is a number with some fraction among them. With output_dir: results.json,
     dev_predictions.tsv (and test_predictions.tsv), model/ and metrics.jsonl (the best run's; every
     run's in runs/<run>/)."""
-    task = TextClassificationTask(train_file, dev_file, test_file, text_column=text_column,
-                                  text_pair_column=text_pair_column, label_column=label_column, id_column=id_column,
-                                  regression=regression, file_format=file_format, quoting=quoting)
+    task = TextClassificationTask(train_file, dev_file, test_file, **task_options(options, TEXT_OPTIONS))
     return runner.finetune(task, model_dir, output_dir, own_data_settings(TEXT_DEFAULTS, settings, **options))
 
 
@@ -281,17 +286,22 @@ def _tagging_data(train_file, dev_file, test_file, dev_fraction, split_seed, ski
 MC_DEFAULTS = dataclasses.replace(PAPER_MC_DEFAULTS, **OWN_DATA_RUN)  # --grid paper: SWAG's lr 2e-5, batch 16 (§4.4)
 
 
+# The columns and format of a multiple-choice file, with their defaults (read_choice_file's keywords).
+CHOICE_OPTIONS = {"question_column": "question", "choice_columns": ("choices",), "label_column": "label",
+                  "context_column": None, "id_column": None, "file_format": None, "quoting": None}
+
+
 def finetune_choices(model_dir, train_file, dev_file=None, output_dir=None, test_file=None, *,
-                     question_column: str = "question", choice_columns: Sequence[str] = ("choices",),
-                     label_column: str = "label", context_column: str | None = None, id_column: str | None = None,
-                     file_format: str | None = None, quoting: str | None = None,
                      settings: RunSettings | None = None, **options) -> TaskResult:
     """Fine-tune BertForMultipleChoice on the user's CSV / TSV / JSON lines files with
-    multiple_choice.py's protocol (`settings` / `options`: own_data_settings's, default one run
-    as the command line's)."""
-    reader = functools.partial(_read_choices, question_column=question_column, choice_columns=list(choice_columns),
-                               label_column=label_column, context_column=context_column, id_column=id_column,
-                               fmt=file_format, quoting=quoting)
+    multiple_choice.py's protocol. `options`: the file's columns and format (CHOICE_OPTIONS, as the
+    command's flags) and own_data_settings's run options, or `settings` (default one run as the
+    command line's)."""
+    columns = {**CHOICE_OPTIONS, **task_options(options, CHOICE_OPTIONS)}
+    reader = functools.partial(_read_choices, question_column=columns["question_column"],
+                               choice_columns=list(columns["choice_columns"]), label_column=columns["label_column"],
+                               context_column=columns["context_column"], id_column=columns["id_column"],
+                               fmt=columns["file_format"], quoting=columns["quoting"])
     task = MultipleChoiceFiles(train_file, dev_file, test_file, reader)
     return runner.finetune(task, model_dir, output_dir, own_data_settings(MC_DEFAULTS, settings, **options))
 

@@ -175,23 +175,53 @@ def predict_tagger(tagger: BiLSTMTagger, examples: list[dict], id2label: dict[in
     return [[id2label[int(i)] for i in l.argmax(-1).tolist()] for l in logits]
 
 
-def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, variants: Sequence[str] = ("concat-last-four",),
-                            lstm_size: int = 768, learning_rate: float = 1e-3, epochs: float = 4, batch_size: int = 32,
-                            seed: int = 42, max_seq_length: int = 128, doc_context: bool = False,
-                            precision: str = "auto", device: str = "auto", max_train_examples: int | None = None,
-                            max_eval_examples: int | None = None, tag_scheme: str = "file", cased: bool | None = None,
-                            dropout: float = 0.5, skip_bad_rows: bool = False, warmup_ratio: float = 0.1,
-                            cache_dtype: torch.dtype = torch.float16, progress: bool | None = None) -> TaskResult:
+@dataclasses.dataclass(frozen=True)
+class FeatureBasedOptions:
+    """The feature-based taggers' settings (the paper's §5.3: a 2-layer BiLSTM of 768 units per
+    direction on frozen features): which layers, the tagger, its training, the windows."""
+
+    variants: tuple[str, ...] = ("concat-last-four",)
+    lstm_size: int = 768
+    learning_rate: float = 1e-3
+    epochs: float = 4
+    batch_size: int = 32
+    seed: int = 42
+    max_seq_length: int = 128
+    doc_context: bool = False
+    precision: str = "auto"
+    device: str = "auto"
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    tag_scheme: str = "file"
+    cased: bool | None = None
+    dropout: float = 0.5
+    skip_bad_rows: bool = False
+    warmup_ratio: float = 0.1
+    cache_dtype: torch.dtype = torch.float16
+    progress: bool | None = None
+
+
+def train_feature_based_ner(model_dir, data_dir=None, output_dir=None, options: FeatureBasedOptions | None = None,
+                            **given) -> TaskResult:
     """The paper's feature-based NER: for each variant, a BiLSTM tagger on frozen features, scored
     on dev and test with conlleval. The encoder runs once (all layers any variant needs are
     cached per word); each tagger is trained with the shared loop. Writes results.json and per
     variant <output>/feature-based/<variant>/{tagger.safetensors, tagger_config.json,
     dev_predictions.txt, test_predictions.txt, metrics.jsonl}. `max_train_examples` /
     `max_eval_examples` keep the first N sentences. The TaskResult's headline is the best
-    variant's dev F1; its document is results.json."""
+    variant's dev F1; its document is results.json. `options` (FeatureBasedOptions), or its fields
+    as keywords."""
+    o = options or FeatureBasedOptions(**{**given, **({"variants": tuple(given["variants"])} if "variants" in given
+                                                       else {})})
+    variants, lstm_size, learning_rate, epochs, batch_size, seed = (list(o.variants), o.lstm_size, o.learning_rate,
+                                                                     o.epochs, o.batch_size, o.seed)
+    max_seq_length, doc_context, precision, device, tag_scheme, cased = (o.max_seq_length, o.doc_context, o.precision,
+                                                                         o.device, o.tag_scheme, o.cased)
+    dropout, skip_bad_rows, warmup_ratio, cache_dtype, progress = (o.dropout, o.skip_bad_rows, o.warmup_ratio,
+                                                                   o.cache_dtype, o.progress)
+    max_train_examples, max_eval_examples = o.max_train_examples, o.max_eval_examples
     if tag_scheme not in TAG_SCHEMES:
         raise BertkitError(f"tag_scheme must be one of {', '.join(TAG_SCHEMES)}, not {tag_scheme!r}")
-    variants = list(variants)
     files = find_conll_files(data_dir)
     data = {split: read_conll(path, skip_bad_rows) for split, path in files.items()}
     limits = {"train": max_train_examples, "valid": max_eval_examples, "test": max_eval_examples}
