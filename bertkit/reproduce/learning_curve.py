@@ -53,7 +53,7 @@ KIND = "learning-curve"
 MODELS = ("bert", "random-init")
 FINETUNE_KEYS = {"learning_rates", "epochs", "batch_size", "max_seq_length"}
 # What the curve sets per run: a task section naming them would be silently overridden.
-SET_PER_RUN = ("max_train_examples", "max_train_sentences", "subset_seed", "eval_subset_seed", "learning_rate", "seeds")
+SET_PER_RUN = ("max_train_examples", "subset_seed", "eval_subset_seed", "learning_rate", "seeds")
 
 
 def is_learning_curve(budget: dict) -> bool:

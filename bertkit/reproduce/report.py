@@ -354,8 +354,8 @@ def _reference_section(budget: dict, tasks: list[str], results: dict) -> list[st
             continue
         gap = ref["value"] - mine["value"] if mine and ref["value"] is not None and mine["value"] is not None else None
         cfg = {**budget["tasks"][t], **ref_cfg.get("tasks", {}).get(t, {})}
-        size = next((f"{cfg[k]:,} {k.split('_')[-1]}" for k in ("max_train_examples", "max_train_sentences")
-                     if cfg.get(k)), "all")
+        unit = "sentences" if t == "ner" else "examples"  # NER's quick runs keep the first N sentences
+        size = f"{cfg['max_train_examples']:,} {unit}" if cfg.get("max_train_examples") else "all"
         lines.append(f"| {_task_label(t)} | {_fmt(mine and mine['value'])} | {_fmt(rand and rand['value'])} | "
                      f"{_fmt(ref['value'])} | {'-' if gap is None else f'{gap:+.1f}'} | {size} |")
     lines += ["", f"Settings: learning rate(s) {', '.join(f'{x:g}' for x in ft['learning_rates'])}, epochs "

@@ -360,14 +360,13 @@ def evaluate_prediction_file(path: str | Path) -> TaskResult:
 
 
 def run_benchmark(settings: BenchmarkSettings) -> TaskResult:
-    """CoNLL-2003 at a reproduction budget's settings (budgets written before the flags were renamed
-    say max_train_sentences / max_eval_sentences)."""
+    """CoNLL-2003 at a reproduction budget's settings (max_train_examples / max_eval_examples: the first
+    N sentences)."""
     ft, cfg = settings.finetune, settings.task
     return finetune_ner(
         str(settings.model_dir), str(settings.data_dir), output_dir=str(settings.output_dir),
         batch_sizes=[ft["batch_size"]], max_seq_length=settings.max_seq_length(),
-        max_train_examples=cfg.get("max_train_examples", cfg.get("max_train_sentences")),
-        max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_eval_sentences")),
+        max_train_examples=cfg.get("max_train_examples"), max_eval_examples=cfg.get("max_eval_examples"),
         learning_rates=ft["learning_rates"], epochs=ft["epochs"], seeds=ft["seeds"], precision=settings.precision,
         subset_seed=cfg.get("subset_seed"), progress=False)
 

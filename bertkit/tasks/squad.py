@@ -679,7 +679,7 @@ def run_benchmark(version: str, settings: BenchmarkSettings) -> TaskResult:
             seed=seed, precision=settings.precision, max_seq_length=settings.max_seq_length(MAX_SEQ_LENGTH),
             doc_stride=cfg.get("doc_stride", 128), max_query_length=cfg.get("max_query_length", 64),
             max_train_examples=cfg.get("max_train_examples"),
-            max_eval_examples=cfg.get("max_eval_examples", cfg.get("max_dev_examples")),
+            max_eval_examples=cfg.get("max_eval_examples"),
             subset_seed=cfg.get("subset_seed", 0), eval_subset_seed=cfg.get("eval_subset_seed"), progress=False,
             **files)
 

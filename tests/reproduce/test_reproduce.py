@@ -115,7 +115,7 @@ def test_reference_section_sets_minilm_beside_bert_and_random_init():
     from bertkit.reproduce.report import _reference_section
 
     budget = {"finetune": {"learning_rates": [1e-4], "epochs": [2], "seeds": [1]},
-              "tasks": {"mrpc": {"max_train_examples": 2000}, "ner": {"max_train_sentences": 1500}, "rte": {}},
+              "tasks": {"mrpc": {"max_train_examples": 2000}, "ner": {"max_train_examples": 1500}, "rte": {}},
               "reference_model": {"enabled": True, "learning_rates": [5e-5],
                                   "tasks": {"mrpc": {"max_train_examples": 500}}}}
     results = {"bert": {"mrpc": {"value": 68.4}, "ner": {"value": 10.0}, "rte": {"value": 52.0}},
