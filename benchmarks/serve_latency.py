@@ -4,15 +4,25 @@ What a search box or an API client meets (issue 39, item 3). The script starts t
 user would (`python -m bertkit serve --model MODEL`), and measures
 
 * cold start: process start to the first answer of POST /embed (the server listens once it has
-  loaded and warmed up the model: GET /health answers), and that first request's own latency;
-* steady state: `--requests` single-input requests, one at a time, to /embed and to /v1/embeddings
-  (OpenAI's route), median and p90 milliseconds as the client sees them (HTTP included);
-* then, with the server stopped (one timed job at a time on the machine), the same inputs in this
-  process through the engine (`InferenceEngine.embeddings`) and `bertkit.pipeline("sentence-embeddings")`,
-  median and p90 each.
+  loaded and warmed up the model: GET /health answers), and that first request's own latency
+  (a new connection, as a client's first call);
+* steady state, in one run: single-input calls through the engine (`InferenceEngine.embeddings`),
+  `bertkit.pipeline("sentence-embeddings")` (both in this process) and the server's /embed and
+  /v1/embeddings (OpenAI's route) over one keep-alive connection, as API clients hold one; median
+  and p90 milliseconds as the caller sees them (HTTP included for the routes);
+* the server's own view of the same /embed requests: its access log's queue, compute and whole
+  duration, medians.
 
-    python benchmarks/serve_latency.py                      # all-MiniLM-L6-v2, 200 requests per route (~1 min)
+The four are alternated in blocks of `--block` calls back to back, the order reversed every
+round, so that a change of load on the machine falls on all of them alike. Before each block the
+script rests 30 ms and makes one untimed call: the previous block's OpenMP threads (the server's
+or this process's) spin for about 10 ms after their last parallel region, and a block must not
+run against them. With `--baseline SRC`, a second server from another source tree (a checkout of
+an earlier commit) joins the rotation: an A/B of two versions of the server in one run.
+
+    python benchmarks/serve_latency.py                      # all-MiniLM-L6-v2, 200 calls each (~1 min)
     python benchmarks/serve_latency.py --requests 50 --output runs/serve-latency
+    python benchmarks/serve_latency.py --baseline /tmp/bertkit-old --output runs/ab
 
 Results: benchmarks/results/<cpu class>/serve_latency.{md,json} (or --output). The claims checked:
 serve p50 within 1 ms of the engine's, the first request within 1.5x the steady p50, start to first
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import http.client
 import json
 import os
 import random
@@ -39,12 +50,7 @@ sys.path.insert(0, str(HERE))
 
 from serve_load import WORDS, free_port  # noqa: E402
 
-
-def post(port: int, route: str, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{route}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.loads(response.read())
+REST_S = 0.03  # between blocks: longer than the ~10 ms an OpenMP worker spins after its last region
 
 
 def texts(count: int, seed: int = 0) -> list[str]:
@@ -53,98 +59,173 @@ def texts(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 40))) for _ in range(count)]
 
 
-def summary(seconds: list[float]) -> dict:
-    ordered = sorted(seconds)
-    return {"median_ms": 1000 * statistics.median(ordered), "p90_ms": 1000 * ordered[int(0.9 * (len(ordered) - 1))],
+def summary(milliseconds: list[float]) -> dict:
+    ordered = sorted(milliseconds)
+    return {"median_ms": statistics.median(ordered), "p90_ms": ordered[int(0.9 * (len(ordered) - 1))],
             "calls": len(ordered)}
 
 
-def timed(call, inputs: list[str]) -> list[float]:
-    seconds = []
-    for text in inputs:
-        start = time.perf_counter()
-        call(text)
-        seconds.append(time.perf_counter() - start)
-    return seconds
+class Client:
+    """One keep-alive HTTP/1.1 connection to the server."""
+
+    def __init__(self, port: int):
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def post(self, route: str, body: dict):
+        self.connection.request("POST", route, body=json.dumps(body).encode(),
+                                headers={"Content-Type": "application/json"})
+        response = self.connection.getresponse()
+        answer = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{route} answered {response.status}: {answer[:300]!r}")
+        return json.loads(answer)
 
 
-def serve_side(model: str, inputs: list[str], precision: str) -> dict:
-    port = free_port()
-    log = tempfile.TemporaryFile()  # the access log: one line per request, never left to fill a pipe
-    started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", model, "--port", str(port),
-                                "--precision", precision], stdout=subprocess.DEVNULL, stderr=log,
-                               env=os.environ.copy())
-    try:
-        deadline = started + 120
+class ServerProcess:
+    """`python -m bertkit serve` from a source tree (default: the installed bertkit), its access log
+    in a temporary file (never a pipe left to fill)."""
+
+    def __init__(self, model: str, precision: str, source: str | None = None):
+        self.port, self.log = free_port(), tempfile.TemporaryFile()
+        env = os.environ.copy()
+        if source is not None:
+            env["PYTHONPATH"] = os.pathsep.join([source] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", model,
+                                         "--port", str(self.port), "--precision", precision],
+                                        stdout=subprocess.DEVNULL, stderr=self.log, env=env)
+
+    def wait_healthy(self, seconds: float = 120) -> None:
+        deadline = self.started + seconds
         while True:  # the server answers /health once the model is loaded and warmed up
-            if process.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"server exited: {log.read().decode()[-2000:]}")
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_text()[-2000:]}")
             if time.perf_counter() > deadline:
-                raise RuntimeError("the server did not answer within 120 s")
+                raise RuntimeError(f"the server did not answer within {seconds:.0f} s")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                    break
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                    return
             except OSError:
                 time.sleep(0.02)
+
+    def first_answer(self, text: str) -> dict:
+        """Cold start: the first /embed on a new connection, timed from process start and alone."""
+        self.wait_healthy()
         request_start = time.perf_counter()
-        post(port, "/embed", {"inputs": inputs[0]})
-        first_s = time.perf_counter() - request_start
-        cold_start_s = time.perf_counter() - started
-        routes = {"/embed": lambda text: post(port, "/embed", {"inputs": text}),
-                  "/v1/embeddings": lambda text: post(port, "/v1/embeddings", {"input": text, "model": "m"})}
-        for call in routes.values():  # a few untimed calls per route (the client's connection code)
-            timed(call, inputs[:3])
-        steady = {route: summary(timed(call, inputs)) for route, call in routes.items()}
+        Client(self.port).post("/embed", {"inputs": text})
+        finished = time.perf_counter()
+        return {"cold_start_s": finished - self.started, "first_request_ms": 1000 * (finished - request_start)}
+
+    def log_text(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def access_log(self, route: str) -> list[dict]:
+        """The access-log lines (logfmt) of successful `route` requests, numbers as floats."""
+        lines = []
+        for line in self.log_text().splitlines():
+            fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            if fields.get("route") == route and fields.get("status") == "200":
+                lines.append({k: float(fields[k]) for k in ("queue_ms", "compute_ms", "duration_ms")})
+        return lines
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(60)
+
+
+def alternated(calls: dict, inputs: list[str], block: int) -> dict[str, list[float]]:
+    """Milliseconds per call of each entry of `calls`, run in blocks of `block` inputs back to back."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    blocks = [inputs[i:i + block] for i in range(0, len(inputs), block)]
+    names = list(calls)
+    for number, chunk in enumerate(blocks):
+        for name in names if number % 2 == 0 else names[::-1]:
+            call = calls[name]
+            time.sleep(REST_S)
+            call(chunk[-1])  # untimed: after the rest the block's first call wakes sleeping threads
+            for text in chunk:
+                start = time.perf_counter()
+                call(text)
+                times[name].append(1000 * (time.perf_counter() - start))
+    return times
+
+
+def measure(model: str, inputs: list[str], precision: str, block: int, baseline: str | None) -> dict:
+    servers = {"serve": ServerProcess(model, precision)}
+    try:
+        cold = servers["serve"].first_answer(inputs[0])
+        if baseline is not None:  # started after the first server's cold start, not beside it
+            servers["baseline serve"] = ServerProcess(model, precision, baseline)
+            servers["baseline serve"].wait_healthy()
+        import torch
+
+        import bertkit
+        from bertkit.inference import InferenceEngine
+
+        engine = InferenceEngine(model, precision=precision)
+        engine.warm_up()
+        pipe = bertkit.pipeline("sentence-embeddings", model=model, precision=precision)
+
+        def in_inference_mode(call):
+            def run(text):
+                with torch.inference_mode():
+                    return call(text)
+            return run
+
+        calls = {"engine": in_inference_mode(lambda text: engine.embeddings([text])),
+                 "pipeline": in_inference_mode(lambda text: pipe(text))}
+        for name, server in servers.items():
+            client = Client(server.port)
+            calls[f"{name} /embed"] = lambda text, c=client: c.post("/embed", {"inputs": text})
+            calls[f"{name} /v1/embeddings"] = lambda text, c=client: c.post("/v1/embeddings",
+                                                                           {"input": text, "model": "m"})
+        for call in calls.values():  # a few untimed calls each (connections, first-use code paths)
+            for text in inputs[:3]:
+                call(text)
+        times = alternated(calls, inputs, block)
     finally:
-        process.terminate()
-        process.wait(60)
-    return {"cold_start_s": cold_start_s, "first_request_ms": 1000 * first_s, "routes": steady}
-
-
-def in_process_side(model: str, inputs: list[str], precision: str) -> dict:
-    import torch
-
-    import bertkit
-    from bertkit.inference import InferenceEngine
-
-    engine = InferenceEngine(model, precision=precision)
-    engine.warm_up()
-    pipe = bertkit.pipeline("sentence-embeddings", model=model, precision=precision)
-    calls = {"engine": lambda text: engine.embeddings([text]), "pipeline": lambda text: pipe(text)}
-    for call in calls.values():
-        timed(call, inputs[:3])
-    with torch.inference_mode():
-        return {name: summary(timed(call, inputs)) for name, call in calls.items()}
+        for server in servers.values():
+            server.stop()
+    access = {}
+    for name, server in servers.items():
+        lines = server.access_log("/embed")[1:]  # after the first (the cold start's)
+        access[name] = {key: statistics.median(line[key] for line in lines) for key in lines[0]}
+    return {**cold, "calls": {name: summary(ms) for name, ms in times.items()}, "access_log_embed": access}
 
 
 def markdown(result: dict) -> str:
-    serve, local = result["serve"], result["in_process"]
-    engine = local["engine"]["median_ms"]
+    calls = result["calls"]
+    engine = calls["engine"]["median_ms"]
     lines = [f"# bertkit serve, one client, one input at a time ({result['machine']['cpu_class']})", "",
              f"Run `{result['command']}` on {result['date']}: {result['model']}, {result['requests']} single-input "
-             f"requests per route (4-40 words), precision {result['precision']}, {result['machine']['cpu']}, "
-             f"load {result['load_average_at_start']} at start.", "",
+             f"calls each (4-40 words), alternated in blocks of {result['block']}, precision {result['precision']}, "
+             f"{result['machine']['cpu']}, load {result['load_average_at_start']} at start. The routes over one "
+             "keep-alive connection, timed as the client sees them.", "",
              "| what | median ms | p90 ms | against the engine |", "|---|---:|---:|---|"]
-    for name, row in local.items():
-        lines.append(f"| {name} (in process) | {row['median_ms']:.2f} | {row['p90_ms']:.2f} | "
-                     f"{row['median_ms'] / engine:.2f}x |")
-    for route, row in serve["routes"].items():
-        lines.append(f"| serve {route} (HTTP, client side) | {row['median_ms']:.2f} | {row['p90_ms']:.2f} | "
-                     f"+{row['median_ms'] - engine:.2f} ms |")
-    steady = serve["routes"]["/embed"]["median_ms"]
-    lines += ["", f"Cold start: process start to the first answer {serve['cold_start_s']:.2f} s (goal under 5 s); "
-              f"that first request {serve['first_request_ms']:.1f} ms, {serve['first_request_ms'] / steady:.2f}x the "
-              "steady /embed median (goal at most 1.5x; the server warms its kernels up before listening).", ""]
+    for name, row in calls.items():
+        against = (f"{row['median_ms'] / engine:.2f}x" if name in ("engine", "pipeline")
+                   else f"+{row['median_ms'] - engine:.2f} ms")
+        where = "in process" if name in ("engine", "pipeline") else "HTTP, client side"
+        lines.append(f"| {name} ({where}) | {row['median_ms']:.2f} | {row['p90_ms']:.2f} | {against} |")
+    lines += ["", "The server's access log, its /embed requests after the first, medians: " + "; ".join(
+        f"{name}: queue {v['queue_ms']:.2f} ms, compute {v['compute_ms']:.2f} ms, whole request "
+        f"{v['duration_ms']:.2f} ms" for name, v in result["access_log_embed"].items()) + ".", ""]
+    steady = calls["serve /embed"]["median_ms"]
+    lines += [f"Cold start: process start to the first answer {result['cold_start_s']:.2f} s (goal under 5 s); "
+              f"that first request {result['first_request_ms']:.1f} ms, {result['first_request_ms'] / steady:.2f}x "
+              "the steady /embed median (goal at most 1.5x; the server warms its kernels up before listening).", ""]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="an embedding model folder (default all-MiniLM-L6-v2)")
-    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=200, help="timed calls of each kind (default 200)")
+    parser.add_argument("--block", type=int, default=20, help="calls back to back before the next kind (default 20)")
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--baseline", default=None, metavar="SRC",
+                        help="a second server from this source tree (its bertkit/ package), alternated with the first")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     model, label = args.model, args.model
@@ -158,10 +239,11 @@ def main(argv=None) -> int:
     inputs = texts(args.requests)
     result = {"command": " ".join(["serve_latency.py"] + (argv if argv is not None else sys.argv[1:])),
               "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine,
-              "model": label, "requests": args.requests, "precision": args.precision,
+              "model": label, "requests": args.requests, "block": args.block, "precision": args.precision,
+              "client": "http.client, one keep-alive connection per server",
               "load_average_at_start": machine["load_average_at_start"]}
-    result["serve"] = serve_side(model, inputs, args.precision)
-    result["in_process"] = in_process_side(model, inputs, args.precision)
+    result.update(measure(model, inputs, args.precision, args.block, args.baseline))
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.output) if args.output else HERE / "results" / machine["cpu_class"]
     out.mkdir(parents=True, exist_ok=True)
     (out / "serve_latency.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -199,15 +199,32 @@ def test_serve_latency_report_compares_every_door_with_the_engine():
 
     row = lambda median: {"median_ms": median, "p90_ms": median * 1.5, "calls": 10}  # noqa: E731
     result = {"machine": {"cpu_class": "avx2", "cpu": "Some CPU"}, "command": "serve_latency.py", "date": "then",
-              "model": "all-MiniLM-L6-v2", "requests": 10, "precision": "fp32", "load_average_at_start": [0.1],
-              "serve": {"cold_start_s": 3.2, "first_request_ms": 9.0,
-                        "routes": {"/embed": row(6.5), "/v1/embeddings": row(6.8)}},
-              "in_process": {"engine": row(6.0), "pipeline": row(6.3)}}
+              "model": "all-MiniLM-L6-v2", "requests": 10, "block": 5, "precision": "fp32",
+              "load_average_at_start": [0.1], "cold_start_s": 3.2, "first_request_ms": 9.0,
+              "calls": {"engine": row(6.0), "pipeline": row(6.3), "serve /embed": row(6.5),
+                        "serve /v1/embeddings": row(6.8)},
+              "access_log_embed": {"serve": {"queue_ms": 0.05, "compute_ms": 5.8, "duration_ms": 6.2}}}
     text = serve_latency.markdown(result)
     assert "| pipeline (in process) | 6.30 | 9.45 | 1.05x |" in text
     assert "| serve /embed (HTTP, client side) | 6.50 | 9.75 | +0.50 ms |" in text
+    assert "serve: queue 0.05 ms, compute 5.80 ms, whole request 6.20 ms" in text
     assert "first answer 3.20 s" in text and "9.0 ms, 1.38x the steady /embed median" in text
     assert len(serve_latency.texts(5)) == 5 and serve_latency.texts(5) == serve_latency.texts(5)
+
+
+def test_serve_latency_alternates_blocks_each_kind_timing_every_input(monkeypatch):
+    import serve_latency
+
+    monkeypatch.setattr(serve_latency, "REST_S", 0)
+    seen = []
+    calls = {name: (lambda text, name=name: seen.append((name, text))) for name in "abc"}
+    times = serve_latency.alternated(calls, [f"t{i}" for i in range(6)], block=3)
+    assert {name: len(ms) for name, ms in times.items()} == {"a": 6, "b": 6, "c": 6}
+    # a block: one untimed call, then the block's inputs back to back; the order reversed each round
+    blocks = [seen[i:i + 4] for i in range(0, len(seen), 4)]
+    assert [b[0][0] for b in blocks] == list("abc") + list("cba")
+    assert all(len({name for name, _ in b}) == 1 for b in blocks)
+    assert [text for _, text in blocks[0][1:]] == ["t0", "t1", "t2"] and blocks[3][1][1] == "t3"
 
 
 def test_run_all_engines_report_prints_the_batch1_row(tmp_path):

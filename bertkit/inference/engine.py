@@ -240,7 +240,11 @@ class InferenceEngine:
     def warm_up(self, lengths: Sequence[int] = WARM_UP_LENGTHS) -> None:
         """Run a lone input of each of these lengths, and a batch, through the model once: oneDNN
         makes its kernels for a shape the first time it meets it, and packed weights are made on first
-        use, so without this the first requests after start would pay for both."""
+        use, so without this the first requests after start would pay for both. The tokenizer's
+        first call, slower too (the `tokenizers` library sets itself up then), is made here as well.
+        OpenMP and oneDNN keep some state per calling thread: a server warms up on the thread that
+        will run its batches."""
+        self.encode(["warm up"])
         limit = self.max_length
         ids = [self.tokenizer.cls_token_id, self.tokenizer.sep_token_id]
         filler = self.tokenizer.unk_token_id

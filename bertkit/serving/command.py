@@ -76,10 +76,10 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
     try:
         engine = InferenceEngine(model_dir, device, precision, max_batch_tokens, quantize=quantize)
         warm_up_started = time.perf_counter()
-        engine.warm_up()  # the kernels of the common shapes made now, not during the first requests
-        warm_up_s = time.perf_counter() - warm_up_started
+        # The kernels of the common shapes made now, not during the first requests.
         server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id,
-                        max_body_bytes, log_format)
+                        max_body_bytes, log_format, warm_up=True)
+        warm_up_s = time.perf_counter() - warm_up_started
     except BaseException:
         sock.close()
         raise

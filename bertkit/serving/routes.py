@@ -26,7 +26,8 @@ from ..inference.engine import InferenceEngine
 from ..inference.pipelines import fill_mask_results, label_scores, mask_row, qa_answers, qa_windows, score_function, token_entities
 from .access_log import AccessLog, AccessLogMiddleware, current_stats
 from .batcher import Batcher
-from .embeddings import base64_floats, finish_embedding, read_sentence_transformer_config, similarities
+from .embeddings import (base64_floats, finish_embedding, json_with_vectors, read_sentence_transformer_config,
+                         similarities)
 from .metrics import Metrics
 from .openapi import docs_page, openapi_document
 from .requests import (MAX_BODY_BYTES, RequestError, bounded_int, is_token_ids, option, read_json,
@@ -43,11 +44,12 @@ class Server:
 
     def __init__(self, engine: InferenceEngine, max_concurrent_requests: int = 512, max_client_batch_size: int = 32,
                  max_batch_tokens: int = 16384, model_id: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-                 log_format: str = "text"):
+                 log_format: str = "text", warm_up: bool = False):
+        """warm_up: the engine's kernels made before the server returns (`Batcher`), as `serve` does."""
         self.engine = engine
         self.max_body_bytes = max_body_bytes
         self.metrics = Metrics()
-        self.batcher = Batcher(engine, self.metrics, max_batch_tokens)
+        self.batcher = Batcher(engine, self.metrics, max_batch_tokens, warm_up)
         self.max_concurrent_requests = max_concurrent_requests
         self.max_client_batch_size = max_client_batch_size
         self.max_batch_tokens = max_batch_tokens
@@ -187,14 +189,14 @@ class Server:
         normalize = option(document, "normalize", bool, True)
         dimensions = self.dimensions(document)
         vectors, _ = await self.sentence_vectors(document)
-        return [finish_embedding(v, dimensions, normalize).tolist() for v in vectors]
+        return _vectors_response([finish_embedding(v, dimensions, normalize) for v in vectors])
 
     async def embed_all(self, document: dict):
         """Every token's last-layer vector, [CLS] and [SEP] included (TEI's raw embeddings)."""
         self.require(*EMBEDDING_TASKS)
         items, _ = self.embedding_inputs(document)
         rows = self.embedding_rows(items, self.truncate(document), self.prompt(document))
-        return [out["last_hidden_state"].tolist() for out in await self.run(rows)]
+        return _vectors_response([out["last_hidden_state"] for out in await self.run(rows)])
 
     async def similarity(self, document: dict):
         """TEI's /similarity: the similarity of a source sentence to each candidate, by the model's
@@ -300,12 +302,12 @@ class Server:
         vectors, _ = await self.sentence_vectors(document, "input")
         data = []
         for index, vector in enumerate(vectors):
-            values = finish_embedding(vector, dimensions, True).tolist()  # OpenAI's embeddings are unit length
+            vector = finish_embedding(vector, dimensions, True)  # OpenAI's embeddings are unit length
             data.append({"object": "embedding", "index": index,
-                         "embedding": base64_floats(values) if encoding == "base64" else values})
+                         "embedding": base64_floats(vector) if encoding == "base64" else vector})
         tokens = current_stats().tokens
-        return {"object": "list", "data": data, "model": model or self.model_id,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return _vectors_response({"object": "list", "data": data, "model": model or self.model_id,
+                                  "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     # ---- transformers' pipelines for the other heads
 
@@ -434,7 +436,8 @@ class Server:
                 if not admitted:
                     raise RequestError(429, "Model is overloaded", "overloaded")
                 try:
-                    response = JSONResponse(await handler(await read_json(request, self.max_body_bytes)))
+                    answer = await handler(await read_json(request, self.max_body_bytes))
+                    response = answer if isinstance(answer, Response) else JSONResponse(answer)
                 finally:
                     with self.metrics.lock:
                         self.metrics.in_flight -= 1
@@ -463,6 +466,11 @@ class Server:
 
     async def _docs(self, request: Request):
         return HTMLResponse(docs_page(openapi_document(__version__, [path for path, _ in self.ROUTES])))
+
+
+def _vectors_response(content) -> Response:
+    """An answer holding embedding tensors, written by json_with_vectors."""
+    return Response(json_with_vectors(content), media_type="application/json")
 
 
 def _tei_error(message: str, error_type: str, status: int) -> dict:

@@ -208,6 +208,24 @@ def test_queued_requests_run_together_and_overload_is_429_at_once(gated_server):
     assert gate.calls == [1, 4]  # the two queued requests shared one forward pass
 
 
+def test_the_server_warms_up_on_the_thread_that_runs_its_batches(classifier_dir):
+    engine = InferenceEngine(classifier_dir, precision="fp32")
+    warmed_on = []
+    engine.warm_up = lambda: warmed_on.append((threading.current_thread(), torch.is_inference_mode_enabled()))
+    server = Server(engine, warm_up=True)
+    try:
+        assert warmed_on == [(server.batcher.thread, True)]
+    finally:
+        server.batcher.stop()
+
+    def broken_warm_up():
+        raise RuntimeError("no kernel for this shape")
+
+    engine.warm_up = broken_warm_up
+    with pytest.raises(RuntimeError, match="no kernel for this shape"):
+        Server(engine, warm_up=True)
+
+
 def test_sigterm_finishes_accepted_requests_and_exits_0(classifier_dir):
     process, port = _start(classifier_dir, "--max-batch-tokens", "256")
     results = []

@@ -25,6 +25,13 @@ def test_nesting_depth_ignores_brackets_in_strings():
     assert nesting_depth(b"[" * 200_000) == 200_000
 
 
+def test_many_brackets_inside_strings_or_at_the_limit_still_parse():
+    # More than 128 opening brackets, but inside a string: the bracket count alone must not refuse it.
+    assert parse_json_object(b'{"inputs": "' + b"[{" * 300 + b'"}') == {"inputs": "[{" * 300}
+    deepest_allowed = b'{"inputs": ' + b"[" * 127 + b"]" * 127 + b"}"
+    assert nesting_depth(deepest_allowed) == 128 and "inputs" in parse_json_object(deepest_allowed)
+
+
 @pytest.mark.parametrize("body, status, fragment", [
     (b"[" * 200_000, 422, "nests 200000 levels deep, more than the limit of 128"),
     (b'{"inputs": ' + b"[" * 128 + b"]" * 128 + b"}", 422, "nests 129 levels"),

@@ -1,0 +1,38 @@
+"""The embedding routes' JSON writer (serving/embeddings.py): every float32 comes back exactly, the
+rest of the answer is what json.dumps writes, and NaN or infinity is refused as json.dumps refuses it."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.serving.embeddings import json_with_vectors
+
+
+def test_every_float32_comes_back_exactly():
+    rng = np.random.default_rng(0)
+    # magnitudes from subnormal to near the float32 maximum, both signs, zeros, and float32's edges
+    values = (rng.standard_normal(20_000) * 10.0 ** rng.integers(-45, 38, 20_000)).astype(np.float32)
+    edges = np.array([0.0, -0.0, 1.0, 0.1, np.finfo(np.float32).max, np.finfo(np.float32).tiny,
+                      np.finfo(np.float32).smallest_subnormal, np.nextafter(np.float32(1), np.float32(2))],
+                     dtype=np.float32)
+    vector = torch.from_numpy(np.concatenate([values, edges]))
+    back = np.array(json.loads(json_with_vectors(vector)), dtype=np.float32)
+    np.testing.assert_array_equal(back, vector.numpy())
+
+
+def test_the_rest_of_the_answer_is_json_dumps_own():
+    vectors = torch.tensor([[0.5, -0.25], [1.0, 2.0]])
+    answer = {"object": "list", "data": [{"index": 0, "embedding": vectors[0]}, {"index": 1, "embedding": vectors}],
+              "model": 'a "quoted"\nname é', "usage": {"prompt_tokens": 3, "ok": True, "none": None}, "empty": []}
+    expected = {**answer, "data": [{"index": 0, "embedding": [0.5, -0.25]},
+                                   {"index": 1, "embedding": [[0.5, -0.25], [1.0, 2.0]]}]}
+    assert json.loads(json_with_vectors(answer)) == expected
+    assert json.loads(json_with_vectors([torch.zeros(0)])) == [[]]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_nan_and_infinity_are_refused(bad):
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        json_with_vectors([torch.tensor([0.5, bad])])
