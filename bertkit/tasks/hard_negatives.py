@@ -28,6 +28,7 @@ candidates (Q x (range_max + extra)), never a Q x N matrix: the search holds one
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 import sys
@@ -90,13 +91,17 @@ class MiningProblem:
     positives: list[list[int]]  # per query, its positives' corpus indices
     row_query: list[int]  # per input row, its query
     row_positive: list[int]  # per input row, its positive's corpus index
+    query_in_corpus: list[int]  # per query, the corpus index of its own text, -1 when not there
 
 
 def mining_problem(anchors: Sequence[str], positives: Sequence[str], corpus: Sequence[str] = ()) -> MiningProblem:
     if len(anchors) != len(positives):
         raise ValueError(f"{len(anchors)} anchors for {len(positives)} positives")
-    texts = list(dict.fromkeys([*corpus, *positives]))
-    corpus_index = {text: i for i, text in enumerate(texts)}
+    # One text -> index dict for the whole corpus, built once here (at 1M passages it is ~60 MB)
+    corpus_index: dict[str, int] = {}
+    for text in itertools.chain(corpus, positives):
+        corpus_index.setdefault(text, len(corpus_index))
+    texts = list(corpus_index)
     query_texts = list(dict.fromkeys(anchors))
     query_index = {text: i for i, text in enumerate(query_texts)}
     query_positives: list[list[int]] = [[] for _ in query_texts]
@@ -105,7 +110,7 @@ def mining_problem(anchors: Sequence[str], positives: Sequence[str], corpus: Seq
         if corpus_index[positive] not in own:
             own.append(corpus_index[positive])
     return MiningProblem(query_texts, texts, query_positives, [query_index[a] for a in anchors],
-                         [corpus_index[p] for p in positives])
+                         [corpus_index[p] for p in positives], [corpus_index.get(q, -1) for q in query_texts])
 
 
 @dataclasses.dataclass
@@ -125,14 +130,13 @@ def choose_negatives(problem: MiningProblem, candidate_scores: np.ndarray, candi
     """The selection rules of the module docstring on each query's candidates ((Q, C) scores and
     corpus indices, any order)."""
     rng = random.Random(options.seed)
-    corpus_index = {text: i for i, text in enumerate(problem.corpus)}
     range_max = options.candidate_range(max(map(len, problem.positives)))
     dropped = {"positive": 0, "max_score": 0, "min_score": 0, "absolute_margin": 0, "relative_margin": 0}
     negatives, scores = [], []
-    for q, query in enumerate(problem.queries):
+    for q in range(len(problem.queries)):
         excluded = set(problem.positives[q])
-        if query in corpus_index:
-            excluded.add(corpus_index[query])
+        if problem.query_in_corpus[q] >= 0:
+            excluded.add(problem.query_in_corpus[q])
         lowest_positive = min(positive_scores[q])
         kept: list[tuple[float, int]] = []
         for score, index in zip(candidate_scores[q].tolist(), candidate_indices[q].tolist()):

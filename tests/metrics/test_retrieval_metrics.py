@@ -233,3 +233,44 @@ def test_top_k_similar_caps_k_and_reads_memmaps(tmp_path):
     assert indices[:, 0].tolist() == [0, 1]
     with pytest.raises(BertkitError, match="similarity"):
         top_k_similar(corpus, corpus, 1, similarity="l2")
+
+
+def test_top_k_similar_holds_one_block_and_reads_one_corpus_chunk_at_a_time():
+    """Every tensor the search makes is at most one (query chunk x corpus chunk) block (the (Q, k)
+    results aside), and the corpus is read a chunk of rows at a time, so a memmap stays on disk."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorded(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.shapes = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.shapes.extend(tuple(t.shape) for t in (out if isinstance(out, (tuple, list)) else [out])
+                               if isinstance(t, torch.Tensor))
+            return out
+
+    class Rows:  # an array-like corpus that records the rows asked of it
+        def __init__(self, array):
+            self.array, self.reads = array, []
+
+        def __len__(self):
+            return len(self.array)
+
+        def __getitem__(self, rows):
+            self.reads.append(rows.stop - rows.start)
+            return self.array[rows]
+
+    generator = np.random.default_rng(0)
+    queries, corpus = generator.standard_normal((40, 4), dtype=np.float32), generator.standard_normal((300, 4),
+                                                                                                      dtype=np.float32)
+    expected = top_k_similar(queries, corpus, 5)[1]
+    rows, recorded = Rows(corpus), Recorded()
+    with recorded:
+        scores, indices = top_k_similar(queries, rows, 5, query_chunk_size=8, corpus_chunk_size=32)
+    assert torch.equal(indices, expected)
+    assert max(rows.reads) == 32 and sum(rows.reads) == 5 * 300  # each query chunk reads the corpus once
+    assert (8, 32) in recorded.shapes
+    too_big = [shape for shape in recorded.shapes if shape != (40, 5) and math.prod(shape) > 8 * 32]
+    assert not too_big, f"tensors beyond one block: {too_big}"

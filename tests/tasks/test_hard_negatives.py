@@ -134,6 +134,24 @@ def test_the_anchor_itself_and_every_positive_are_never_negatives():
     mined = choose_negatives(problem, scores, indices, [[0.7, 0.6], [0.5]], MiningOptions(num_negatives=2))
     assert mined.negatives == [[1, 4], [0, 1]]
     assert mined.dropped["positive"] == 4
+    assert problem.query_in_corpus == [0, -1]
+
+
+def test_choosing_costs_memory_per_query_not_per_passage():
+    """The selection after the search works on the candidates alone: no per-passage structure (a
+    text -> index dict of 200k passages is ~12 MB) is built again beside the corpus embeddings."""
+    import tracemalloc
+
+    problem = mining_problem(["a", "b"], ["pa", "pb"], corpus=[f"passage {i}" for i in range(200_000)])
+    scores, indices = np.array([[0.9, 0.8, 0.7, 0.6]] * 2), np.array([[200_000, 0, 1, 2], [200_001, 3, 4, 5]])
+    tracemalloc.start()
+    try:
+        mined = choose_negatives(problem, scores, indices, [[0.95], [0.95]], MiningOptions(num_negatives=3))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert mined.negatives == [[0, 1, 2], [3, 4, 5]]
+    assert peak < 1_000_000, f"choose_negatives allocated {peak:,} bytes for 2 queries"
 
 
 def test_cli_writes_a_training_file_sentence_embeddings_reads(tmp_path, capsys):
