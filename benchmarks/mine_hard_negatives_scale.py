@@ -229,8 +229,11 @@ def write_report(args, model, rows, elapsed) -> None:
         lines += ["", f"An embedding row is {model['width'] * 4} bytes in float32, {model['width'] * 2} in float16."]
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    records = [{k: str(v) if isinstance(v, Path) else v for k, v in r.items()} for r in rows]
-    args.report.with_suffix(".json").write_text(json.dumps({"model": {k: str(v) if isinstance(v, Path) else v
+    records = [{k: str(v).replace(str(args.work), "WORK") if isinstance(v, Path) else v for k, v in r.items()}
+               for r in rows]
+    # paths as WORK/...: the record says what ran, not where this machine kept it
+    args.report.with_suffix(".json").write_text(json.dumps({"model": {k: str(v).replace(str(args.work), "WORK")
+                                                                      if isinstance(v, Path) else v
                                                                       for k, v in model.items()},
                                                             "rows": records, "seconds": elapsed}, indent=2) + "\n",
                                                 encoding="utf-8")
