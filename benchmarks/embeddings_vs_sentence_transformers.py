@@ -20,7 +20,8 @@ saving) on each side.
     python benchmarks/embeddings_vs_sentence_transformers.py --data-dir $BERTKIT_DATA --work runs/emb \\
         --cases stsb,squad --seeds 1,2,3 --squad-pairs 2000 --dev-questions 2000
 
-Writes benchmarks/results/embeddings_vs_sentence_transformers.{md,json}.
+Writes benchmarks/results/embeddings_vs_sentence_transformers.{md,json}, or --report (the Matryoshka run:
+benchmarks/results/embeddings_matryoshka_vs_sentence_transformers.{md,json}).
 """
 
 from __future__ import annotations
