@@ -20,7 +20,8 @@ saving) on each side.
     python benchmarks/embeddings_vs_sentence_transformers.py --data-dir $BERTKIT_DATA --work runs/emb \\
         --cases stsb,squad --seeds 1,2,3 --squad-pairs 2000 --dev-questions 2000
 
-Writes benchmarks/results/embeddings_vs_sentence_transformers.{md,json}.
+Writes benchmarks/results/embeddings_vs_sentence_transformers.{md,json}, or --report (the Matryoshka run:
+benchmarks/results/embeddings_matryoshka_vs_sentence_transformers.{md,json}).
 """
 
 from __future__ import annotations
@@ -183,7 +184,13 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--report", type=Path,
                    default=Path(__file__).parent / "results" / "embeddings_vs_sentence_transformers.md")
+    p.add_argument("--rerender", action="store_true",
+                   help="rewrite the report's .md from its .json (same flags as the run), training nothing")
     args = p.parse_args(argv)
+    if args.rerender:
+        saved = json.loads(args.report.with_suffix(".json").read_text(encoding="utf-8"))
+        write_report(args, saved["recipe"], saved["rows"], saved["seconds"])
+        return 0
     if args.data_dir is None:
         raise SystemExit("give --data-dir or set BERTKIT_DATA")
     cases = args.cases.split(",")
@@ -237,11 +244,17 @@ def write_report(args, recipe, rows, elapsed) -> None:
             theirs = mean_sd([r[metric] for r in row["sentence_transformers"]])
             lines.append(f"| {row['case']} | {metric} | {row['untrained'][metric]:.2f} | {ours[0]:.2f} +- {ours[1]:.2f} "
                          f"| {theirs[0]:.2f} +- {theirs[1]:.2f} | {ours[0] - theirs[0]:+.2f} |")
-    lines += ["", "| case | bertkit seconds | sentence-transformers seconds | speed-up |", "|---|---:|---:|---:|"]
+    # the median beside the mean: on a shared machine one slowed seed moves the mean alone
+    lines += ["", "| case | bertkit seconds (mean, median) | sentence-transformers seconds (mean, median) | speed-up "
+              "(of the means, of the medians) | seconds per seed (bertkit; sentence-transformers) |",
+              "|---|---:|---:|---:|---|"]
     for row in rows:
-        ours = statistics.mean(r["seconds"] for r in row["bertkit"])
-        theirs = statistics.mean(r["seconds"] for r in row["sentence_transformers"])
-        lines.append(f"| {row['case']} | {ours:.0f} | {theirs:.0f} | {theirs / ours:.2f}x |")
+        ours, theirs = ([r["seconds"] for r in row[side]] for side in ("bertkit", "sentence_transformers"))
+        lines.append(f"| {row['case']} | {statistics.mean(ours):.0f}, {statistics.median(ours):.0f} "
+                     f"| {statistics.mean(theirs):.0f}, {statistics.median(theirs):.0f} "
+                     f"| {statistics.mean(theirs) / statistics.mean(ours):.2f}x, "
+                     f"{statistics.median(theirs) / statistics.median(ours):.2f}x "
+                     f"| {' '.join(f'{x:.0f}' for x in ours)}; {' '.join(f'{x:.0f}' for x in theirs)} |")
     truncated = [row for row in rows if "ndcg@10_dim96" in row["untrained"]]
     if truncated:  # the Matryoshka question: what cutting to a quarter of the width costs
         lines += ["", "| case | metric | untrained: dim96 - full | bertkit: dim96 - full | sentence-transformers: "

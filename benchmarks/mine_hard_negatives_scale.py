@@ -32,11 +32,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHUNK_WORDS = 12
-# (passages, queries, embedding dtype): the corpus grows at a fixed query count; the last two show
-# that a float16 array halves the embeddings and that four times the queries add only their rows
+# (passages, queries, embedding dtype[, malloc]): the corpus grows at a fixed query count; then a
+# float16 array, four times the queries, and glibc told to map every block over 128 KB on its own
+# (freed memory then goes back at once instead of staying in the heap: the rest of the peak)
 DEFAULT_RUNS = "0:5000:float32,100000:5000:float32,300000:5000:float32,1000000:5000:float32," \
-               "1000000:5000:float16,100000:20000:float32"
+               "1000000:5000:float16,100000:20000:float32,100000:5000:float32:fixed-mmap"
 BYTES = {"float32": 4, "float16": 2}
+MALLOC = {"default": {}, "fixed-mmap": {"MALLOC_MMAP_THRESHOLD_": "131072"}}
 
 
 def passages(corpus_gz: Path):
@@ -104,14 +106,15 @@ def one_layer_minilm(out: Path) -> dict:
             "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
 
 
-def mine(model: Path, pairs: Path, corpus: Path | None, dtype: str, output: Path, threads: int) -> dict:
+def mine(model: Path, pairs: Path, corpus: Path | None, dtype: str, malloc: str, output: Path, threads: int) -> dict:
     """One `bertkit mine-hard-negatives` run in a child process: seconds, peak RSS, its summary line."""
     command = [sys.executable, "-m", "bertkit", "mine-hard-negatives", "--model", str(model),
                "--train-file", str(pairs), "--output", str(output), "--overwrite", "--num-negatives", "3",
                "--embedding-dtype", dtype, "--device", "cpu", "--precision", "fp32"]
     if corpus is not None:
         command += ["--corpus", str(corpus)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               **MALLOC[malloc])
     start = time.perf_counter()
     with open(output.with_suffix(".log"), "w", encoding="utf-8") as log:
         child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -130,7 +133,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default=os.environ.get("BERTKIT_DATA"), type=Path)
     p.add_argument("--work", required=True, type=Path)
-    p.add_argument("--runs", default=DEFAULT_RUNS, help="comma-separated PASSAGES:QUERIES:DTYPE (float32 / float16)")
+    p.add_argument("--runs", default=DEFAULT_RUNS,
+                   help="comma-separated PASSAGES:QUERIES:DTYPE[:MALLOC] (float32 / float16; default / fixed-mmap)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--report", type=Path, default=Path(__file__).parent / "results" / "mine_hard_negatives_scale.md")
     args = p.parse_args(argv)
@@ -138,29 +142,31 @@ def main(argv=None) -> int:
         raise SystemExit("give --data-dir or set BERTKIT_DATA")
     runs = []
     for spec in args.runs.split(","):
-        n, q, dtype = spec.split(":")
-        if dtype not in BYTES:
-            raise SystemExit(f"--runs {spec}: the dtype is float32 or float16")
-        runs.append((int(n), int(q), dtype))
+        n, q, dtype, *rest = spec.split(":")
+        malloc = rest[0] if rest else "default"
+        if dtype not in BYTES or malloc not in MALLOC or len(rest) > 1:
+            raise SystemExit(f"--runs {spec}: expected PASSAGES:QUERIES:DTYPE[:MALLOC], DTYPE float32 or float16, "
+                             "MALLOC default or fixed-mmap")
+        runs.append((int(n), int(q), dtype, malloc))
     args.work = args.work.resolve()  # the child runs in the repository root
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     model = one_layer_minilm(args.work / "minilm-1-layer")
-    corpora = write_corpora(args.data_dir / "corpus/enwiki2015.txt.gz", [n for n, _, _ in runs], args.work)
-    pairs = {q: write_pairs(args.data_dir / "squad/train-v1.1.json", q, args.work) for q in sorted({q for _, q, _ in runs})}
+    corpora = write_corpora(args.data_dir / "corpus/enwiki2015.txt.gz", [run[0] for run in runs], args.work)
+    pairs = {q: write_pairs(args.data_dir / "squad/train-v1.1.json", q, args.work) for q in sorted({run[1] for run in runs})}
     rows = []
-    for n, q, dtype in runs:
+    for n, q, dtype, malloc in runs:
         corpus = corpora[n]["path"] if n else None
-        result = mine(model["path"], pairs[q]["path"], corpus, dtype, args.work / f"mined-{n}-{q}-{dtype}.csv",
-                      args.threads)
+        result = mine(model["path"], pairs[q]["path"], corpus, dtype, malloc,
+                      args.work / f"mined-{n}-{q}-{dtype}-{malloc}.csv", args.threads)
         # what the command cannot do without: every embedding row at its dtype, and the model
         rows_embedded = n + pairs[q]["positives"] + pairs[q]["queries"]
         floor = rows_embedded * model["width"] * BYTES[dtype] + model["parameter_bytes"]
         rows.append({"passages": n, "queries": pairs[q]["queries"], "positives": pairs[q]["positives"],
-                     "dtype": dtype, "width": model["width"], "text_bytes": corpora[n]["text_bytes"] if n else 0,
+                     "dtype": dtype, "malloc": malloc, "width": model["width"], "text_bytes": corpora[n]["text_bytes"] if n else 0,
                      "floor_bytes": floor, "full_matrix_bytes": pairs[q]["queries"] * (n + pairs[q]["positives"]) * 4,
                      **result})
-        print(f"{n:,} passages, {q:,} queries, {dtype}: {result['seconds']:.0f} s, peak "
+        print(f"{n:,} passages, {q:,} queries, {dtype}, malloc {malloc}: {result['seconds']:.0f} s, peak "
               f"{result['peak_rss_bytes'] / 2**20:,.0f} MiB", file=sys.stderr, flush=True)
     write_report(args, model, rows, time.perf_counter() - started)
     return 0
@@ -168,8 +174,8 @@ def main(argv=None) -> int:
 
 def changes(rows: list[dict]) -> list[tuple[dict, dict, str]]:
     """(earlier row, row, what changed): each row against the latest earlier one that differs from
-    it in exactly one of passages, queries and dtype."""
-    keys = ("passages", "queries", "dtype")
+    it in exactly one of passages, queries, dtype and malloc."""
+    keys = ("passages", "queries", "dtype", "malloc")
     out = []
     for i, row in enumerate(rows):
         for before in reversed(rows[:i]):
@@ -190,15 +196,18 @@ def write_report(args, model, rows, elapsed) -> None:
              f"{model['width']}: quality is not the point of this run, the mining machinery's memory and time are. "
              "Peak: the command's peak resident set (wait4's ru_maxrss). Floor: every embedding row (passages, "
              "positives, queries) x width x bytes, plus the model's parameters. Q x N matrix: the float32 "
-             "similarity matrix the chunked search never builds.", "",
+             "similarity matrix the chunked search never builds. malloc fixed-mmap: the same command with "
+             "MALLOC_MMAP_THRESHOLD_=131072, so glibc maps every block over 128 KB on its own and returns it when "
+             "freed (by default it keeps freed blocks of the forward pass in its heap).", "",
              f"Reproduce: `python benchmarks/mine_hard_negatives_scale.py --data-dir $BERTKIT_DATA --work "
              f"runs/mine-scale{'' if args.runs == DEFAULT_RUNS else f' --runs {args.runs}'}` "
              f"({elapsed / 60:.1f} minutes).", "",
-             "| passages | queries | dtype | seconds | passages / s | peak MiB | floor MiB | peak - floor MiB "
-             "| passage text MiB | Q x N matrix MiB |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| passages | queries | dtype | malloc | seconds | passages / s | peak MiB | floor MiB "
+             "| peak - floor MiB | passage text MiB | Q x N matrix MiB |",
+             "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         rate = f"{r['passages'] / r['seconds']:,.0f}" if r["passages"] else "-"
-        lines.append(f"| {r['passages']:,} | {r['queries']:,} | {r['dtype']} | {r['seconds']:.0f} | {rate} "
+        lines.append(f"| {r['passages']:,} | {r['queries']:,} | {r['dtype']} | {r['malloc']} | {r['seconds']:.0f} | {rate} "
                      f"| {r['peak_rss_bytes'] / mib:,.0f} | {r['floor_bytes'] / mib:,.0f} "
                      f"| {(r['peak_rss_bytes'] - r['floor_bytes']) / mib:,.0f} | {r['text_bytes'] / mib:,.0f} "
                      f"| {r['full_matrix_bytes'] / mib:,.0f} |")
@@ -210,7 +219,7 @@ def write_report(args, model, rows, elapsed) -> None:
                   "|---|---:|---:|---:|---:|"]
         for before, after, what in steps:
             shown = {"passages": lambda r: f"{r['passages']:,} passages", "queries": lambda r: f"{r['queries']:,} queries",
-                     "dtype": lambda r: r["dtype"]}[what]
+                     "dtype": lambda r: r["dtype"], "malloc": lambda r: f"malloc {r['malloc']}"}[what]
             grown = after["peak_rss_bytes"] - before["peak_rss_bytes"]
             added = after["passages"] - before["passages"]
             per_passage = f"{grown / added:,.0f}" if what == "passages" else "-"
@@ -220,8 +229,11 @@ def write_report(args, model, rows, elapsed) -> None:
         lines += ["", f"An embedding row is {model['width'] * 4} bytes in float32, {model['width'] * 2} in float16."]
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    records = [{k: str(v) if isinstance(v, Path) else v for k, v in r.items()} for r in rows]
-    args.report.with_suffix(".json").write_text(json.dumps({"model": {k: str(v) if isinstance(v, Path) else v
+    records = [{k: str(v).replace(str(args.work), "WORK") if isinstance(v, Path) else v for k, v in r.items()}
+               for r in rows]
+    # paths as WORK/...: the record says what ran, not where this machine kept it
+    args.report.with_suffix(".json").write_text(json.dumps({"model": {k: str(v).replace(str(args.work), "WORK")
+                                                                      if isinstance(v, Path) else v
                                                                       for k, v in model.items()},
                                                             "rows": records, "seconds": elapsed}, indent=2) + "\n",
                                                 encoding="utf-8")
