@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import flags
-from ..device import DEFAULT_PRECISION, add_precision_argument
+from ..device import add_precision_argument
 from ..errors import BertkitError, counted
 from ..metrics.retrieval import top_k_similar
 from ..outputs import check_output, output_stream
@@ -359,8 +359,10 @@ def run_from_args(args) -> int:
         cross_encoder = InferenceEngine(args.cross_encoder, args.device, args.precision, args.max_batch_tokens)
         require_cross_encoder(cross_encoder)
 
-        def rescore(queries, passages):
+        def cross_encoder_scores(queries, passages):
             return score_pairs(cross_encoder, queries, passages, desc="cross-encoder")
+
+        rescore = cross_encoder_scores
 
     mined = mine_hard_negatives(anchors, positives, embed, corpus, options, rescore)
     kept, rows = training_rows(mined, args.output_format)
