@@ -201,6 +201,7 @@ def test_serve_latency_report_compares_every_door_with_the_engine():
     result = {"machine": {"cpu_class": "avx2", "cpu": "Some CPU"}, "command": "serve_latency.py", "date": "then",
               "model": "all-MiniLM-L6-v2", "requests": 10, "block": 5, "precision": "fp32",
               "load_average_at_start": [0.1], "cold_start_s": 3.2, "first_request_ms": 9.0,
+              "first_request_access_log": {"queue_ms": 0.1, "compute_ms": 7.5, "duration_ms": 8.4},
               "calls": {"engine": row(6.0), "pipeline": row(6.3), "serve /embed": row(6.5),
                         "serve /v1/embeddings": row(6.8)},
               "access_log_embed": {"serve": {"queue_ms": 0.05, "compute_ms": 5.8, "duration_ms": 6.2}}}
@@ -209,6 +210,7 @@ def test_serve_latency_report_compares_every_door_with_the_engine():
     assert "| serve /embed (HTTP, client side) | 6.50 | 9.75 | +0.50 ms |" in text
     assert "serve: queue 0.05 ms, compute 5.80 ms, whole request 6.20 ms" in text
     assert "first answer 3.20 s" in text and "9.0 ms, 1.38x the steady /embed median" in text
+    assert "queue 0.10 ms, compute 7.50 ms, whole request 8.40 ms." in text
     assert len(serve_latency.texts(5)) == 5 and serve_latency.texts(5) == serve_latency.texts(5)
 
 

@@ -39,15 +39,17 @@ class Job:
 class Batcher:
     """One thread runs the model: it gathers queued jobs up to the token budget and runs them together."""
 
-    def __init__(self, engine: InferenceEngine, metrics: Metrics, max_batch_tokens: int, warm_up: bool = False):
+    def __init__(self, engine: InferenceEngine, metrics: Metrics, max_batch_tokens: int, warm_up: bool = False,
+                 compute_threads: int | None = None):
         """warm_up: the thread runs `engine.warm_up()` before its first job, and the constructor
-        returns once it has (re-raising its error): the first request then costs what the next do."""
+        returns once it has (re-raising its error), so no request pays for making kernels.
+        compute_threads: torch's intra-op threads on this thread (`serve` leaves its own thread one)."""
         self.engine, self.metrics, self.max_batch_tokens = engine, metrics, max_batch_tokens
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.warm_up_error: BaseException | None = None
         warmed_up = threading.Event()
-        self.thread = threading.Thread(target=self._work, args=(warm_up, warmed_up), name="bertkit-batcher",
-                                       daemon=True)
+        self.thread = threading.Thread(target=self._work, args=(warm_up, warmed_up, compute_threads),
+                                       name="bertkit-batcher", daemon=True)
         self.thread.start()
         warmed_up.wait()
         if self.warm_up_error is not None:
@@ -66,12 +68,14 @@ class Batcher:
         self.jobs.put(None)
         self.thread.join(timeout=30)
 
-    def _work(self, warm_up: bool, warmed_up: threading.Event) -> None:
+    def _work(self, warm_up: bool, warmed_up: threading.Event, compute_threads: int | None) -> None:
         # Inference mode, not only no_grad, for the whole thread: no version counters or autograd
         # bookkeeping per op, about a tenth of a lone MiniLM request's forward pass. The outputs are
         # read (pooled, scored, listed) by the routes, never updated in place.
         with torch.inference_mode():
             try:
+                if compute_threads is not None:  # OpenMP's thread count is the calling thread's own
+                    torch.set_num_threads(compute_threads)
                 if warm_up:  # here, not on the caller's thread: OpenMP's and oneDNN's per-thread state
                     self.engine.warm_up()
             except BaseException as e:

@@ -44,12 +44,13 @@ class Server:
 
     def __init__(self, engine: InferenceEngine, max_concurrent_requests: int = 512, max_client_batch_size: int = 32,
                  max_batch_tokens: int = 16384, model_id: str | None = None, max_body_bytes: int = MAX_BODY_BYTES,
-                 log_format: str = "text", warm_up: bool = False):
-        """warm_up: the engine's kernels made before the server returns (`Batcher`), as `serve` does."""
+                 log_format: str = "text", warm_up: bool = False, compute_threads: int | None = None):
+        """warm_up: the engine's kernels made before the server returns, as `serve` does;
+        compute_threads: torch's threads on the batcher's thread (`Batcher`)."""
         self.engine = engine
         self.max_body_bytes = max_body_bytes
         self.metrics = Metrics()
-        self.batcher = Batcher(engine, self.metrics, max_batch_tokens, warm_up)
+        self.batcher = Batcher(engine, self.metrics, max_batch_tokens, warm_up, compute_threads)
         self.max_concurrent_requests = max_concurrent_requests
         self.max_client_batch_size = max_client_batch_size
         self.max_batch_tokens = max_batch_tokens

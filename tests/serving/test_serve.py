@@ -226,6 +226,28 @@ def test_the_server_warms_up_on_the_thread_that_runs_its_batches(classifier_dir)
         Server(engine, warm_up=True)
 
 
+def test_the_batcher_computes_with_its_threads_while_the_caller_keeps_one(classifier_dir):
+    # serve's setup: its own thread (the event loop's) at one torch thread, so that the process has
+    # one OpenMP team, the batcher's, which gets the threads the process had.
+    engine = InferenceEngine(classifier_dir, precision="fp32")
+    seen = {}
+    engine.warm_up = lambda: seen.update(batcher=torch.get_num_threads())
+    original = torch.get_num_threads()
+
+    def as_serve_does():
+        torch.get_num_threads()
+        torch.set_num_threads(1)
+        server = Server(engine, warm_up=True, compute_threads=2)
+        seen["caller"] = torch.get_num_threads()
+        server.batcher.stop()
+
+    thread = threading.Thread(target=as_serve_does)  # a fresh thread: the test's own keeps its count
+    thread.start()
+    thread.join(60)
+    torch.set_num_threads(original)
+    assert seen == {"batcher": 2, "caller": 1}
+
+
 def test_sigterm_finishes_accepted_requests_and_exits_0(classifier_dir):
     process, port = _start(classifier_dir, "--max-batch-tokens", "256")
     results = []
