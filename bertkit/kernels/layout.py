@@ -133,5 +133,7 @@ def unpadding_for(attention_mask: torch.Tensor | None, options: KernelOptions = 
         return None
     if options.unpad == "auto" and padding < options.unpad_min_saved_tokens:
         return None
-    unpadded = Unpadded(attention_mask, options.unpad_multiple)
-    return unpadded if unpadded.tokens < attention_mask.numel() else None
+    multiple = max(1, options.unpad_multiple)
+    if -(-(attention_mask.numel() - padding) // multiple) * multiple >= attention_mask.numel():
+        return None  # the rounded token count saves nothing (a lone padded input): not worth the gathers
+    return Unpadded(attention_mask, options.unpad_multiple)
