@@ -31,6 +31,7 @@ from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..heads import load_model
 from ..kernels.int8 import QUANTIZE_CHOICES, quantize_int8
+from .frozen import freeze_encoders
 from ..tokenizer import BertTokenizer
 
 # oneDNN generates kernels per shape and keeps them in a process-wide cache (1024 entries by
@@ -140,9 +141,11 @@ class InferenceEngine:
         # On the CPU always unpadded, the token count rounded to ROW_MULTIPLE: a few GEMM shapes for
         # oneDNN. On a GPU the model's own choice ("auto": SDPA on the padded batch, kernels/layout.py).
         unpad = "always" if self.device.type == "cpu" else "auto"
+        own_model = False
         if model is None:
             engine_kernels = kernels.default_options().replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE)
             model = load_model(self.model_dir, require_head=True, kernels=engine_kernels)
+            own_model = True
         elif type(model).__name__ not in TASKS:
             raise BertkitError(f"model must be a bertkit model ({', '.join(TASKS)}), not {type(model).__name__}")
         else:  # a given model keeps its other options (it was built with them)
@@ -154,6 +157,10 @@ class InferenceEngine:
         if quantize == "int8":
             quantize_int8(self.model)
             precision = "fp32"
+        if own_model:
+            # A model nobody else holds: its encoder's inference forward as one flat loop over the
+            # packed weights (inference/frozen.py); int8 layers and a caller's model keep the modules.
+            freeze_encoders(self.model)
         self.config = self.model.config
         self.precision = resolve_precision(precision, self.device)
         if tokenizer is None:
