@@ -19,7 +19,11 @@ every engine's last hidden states are compared with bertkit fp32 at the real pos
 engines must be within 1e-4 (max abs difference); int8 engines are reported (max abs difference,
 mean cosine similarity per token).
 
-* bertkit fp32: the defaults of this CPU class (unpadded, packed attention; kernels/options.py);
+* bertkit fp32: the defaults of this CPU class (kernels/options.py) as bertkit's inference engine
+  (`predict`, `pipeline`, `serve`) runs a model: always unpadded, inputs padded to its length
+  buckets, the encoder frozen (inference/frozen.py), the lone lengths' kernels made first (what
+  `serve` does at start; oneDNN generates code per new shape). Before 2026-12-04 evening this row
+  ran the bare BertModel on every raw length: each new length paid oneDNN's code generation.
   bertkit int8: `quantize_int8` (kernels/int8.py).
 * ONNX Runtime: transformers' BertModel exported to ONNX, optimised with onnxruntime.transformers'
   BERT fusions at ORT_ENABLE_ALL; int8: that graph after quantize_dynamic (7-bit weights without
@@ -195,22 +199,47 @@ def _as_tensor(array) -> torch.Tensor:
 # ---------------------------------------------------------------- engines: name -> run(batch) -> (B, T, H)
 
 
+def engine_inputs(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch as bertkit's inference engine pads it: to a multiple of LENGTH_BUCKET, a lone input
+    to one of SINGLE_LENGTH_BUCKET (batching.padded_length); the padding is masked."""
+    from bertkit.batching import padded_length
+
+    B, T = tensors["input_ids"].shape
+    extra = padded_length(T, B) - T
+    return {k: torch.nn.functional.pad(v, (0, extra)) for k, v in tensors.items()} if extra else tensors
+
+
 def bertkit_runners(ours) -> dict:
+    """bertkit as its inference engine runs a model (inference/engine.py): always unpadded with the
+    token count rounded to ROW_MULTIPLE, inputs padded to its length buckets, the encoder frozen
+    (inference/frozen.py), the lone lengths' kernels made before the first call (`warm_up`)."""
+    from bertkit.inference.engine import ROW_MULTIPLE, WARM_UP_LENGTHS
+    from bertkit.inference.frozen import freeze_encoders
     from bertkit.kernels.int8 import quantize_int8
 
+    ours = copy.deepcopy(ours)
+    ours.hold_kernels(ours.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
     int8 = quantize_int8(copy.deepcopy(ours))
+    freeze_encoders(ours)  # as the engine does with its own model (int8 layers keep their modules there too)
 
     def runner(model):
         def run(batch: Batch):
             with torch.no_grad():
-                return model(**batch.tensors).last_hidden_state
+                return model(**engine_inputs(batch.tensors)).last_hidden_state[:, :batch.real.shape[1]]
         return run
     def bf16_runner(model):
         def run(batch: Batch):
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-                return model(**batch.tensors).last_hidden_state.float()
+                return model(**engine_inputs(batch.tensors)).last_hidden_state[:, :batch.real.shape[1]].float()
         return run
-    return {"bertkit_fp32": runner(ours), "bertkit_bf16": bf16_runner(ours), "bertkit_int8": runner(int8)}
+    runners = {"bertkit_fp32": runner(ours), "bertkit_bf16": bf16_runner(ours), "bertkit_int8": runner(int8)}
+    limit = ours.config.max_position_embeddings
+    for n in (n for n in WARM_UP_LENGTHS if n <= limit):  # InferenceEngine.warm_up, as `serve` runs it at start
+        ids = torch.full((1, n), 100)
+        lone = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)})
+        for run in runners.values():
+            run(lone)
+    return runners
 
 
 def onnxruntime_runners(ours, folder: Path, threads: int, info: dict) -> dict:
