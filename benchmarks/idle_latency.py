@@ -7,7 +7,8 @@ bench_engines.py --batch 1 alternates nine engines in one process, so each engin
 hundred milliseconds before its call (the other eight ran meanwhile): the regime where bertkit's
 OpenMP team suffers most. Here every engine runs alone (a fresh process each, as one server
 runs one engine), on the same 40 inputs of 8-64 tokens (bench_engines' lone batches, bertkit as its
-engine runs a model), with 0, 20 and 200 ms of rest before each call; bertkit also with
+engine runs a model; `bertkit_engine_fp32`: the InferenceEngine itself, warmed up as `serve` starts
+it, rows in and tensors out), with 0, 20 and 200 ms of rest before each call; bertkit also with
 GOMP_SPINCOUNT raised, which keeps libgomp's worker threads spinning ~0.7 s after a call (one core
 busy meanwhile) instead of ~10 ms.
 
@@ -31,8 +32,24 @@ sys.path.insert(0, str(HERE))
 
 RESTS = (0.0, 0.02, 0.2)
 INPUTS = 40
-RUNS = [("bertkit_fp32", {}), ("bertkit_fp32", {"GOMP_SPINCOUNT": "30000000"}), ("onnxruntime_fp32", {}),
+RUNS = [("bertkit_fp32", {}), ("bertkit_fp32", {"GOMP_SPINCOUNT": "30000000"}), ("bertkit_engine_fp32", {}),
+        ("onnxruntime_fp32", {}),
         ("bertkit_int8", {}), ("bertkit_int8", {"GOMP_SPINCOUNT": "30000000"}), ("onnxruntime_int8", {})]
+
+
+def engine_runner():
+    """bertkit's InferenceEngine as `serve` runs it: warmed up first."""
+    from bertkit.inference import InferenceEngine
+    from bertkit.reproduce import reference_model_dir
+
+    engine = InferenceEngine(reference_model_dir())
+    engine.warm_up()
+
+    def run(batch):
+        n = batch.lengths[0]
+        engine.forward([{"input_ids": batch.token_lists[0], "token_type_ids": batch.type_lists[0],
+                         "attention_mask": [1] * n}])
+    return run
 
 
 def child(engine: str, threads: int) -> dict:
@@ -44,7 +61,9 @@ def child(engine: str, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     ours = E.bertkit_model("minilm")
-    if engine.startswith("bertkit"):
+    if engine == "bertkit_engine_fp32":
+        run = engine_runner()
+    elif engine.startswith("bertkit"):
         run = E.bertkit_runners(ours)[engine]
     else:
         run = E.onnxruntime_runners(ours, Path(tempfile.mkdtemp()), threads, {})[engine]
