@@ -220,7 +220,8 @@ def bertkit_runners(ours) -> dict:
     ours = copy.deepcopy(ours)
     ours.hold_kernels(ours.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
     int8 = quantize_int8(copy.deepcopy(ours))
-    freeze_encoders(ours)  # as the engine does with its own model (int8 layers keep their modules there too)
+    freeze_encoders(ours)  # as the engine does with its own model
+    freeze_encoders(int8)
 
     def runner(model):
         def run(batch: Batch):

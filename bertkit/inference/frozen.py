@@ -7,10 +7,11 @@ engine's own model does not change between requests, so `freeze_encoders` swaps 
 `FrozenEncoder`: the same module (same layers, parameters and names), whose forward in inference
 runs the same kernels on the same operands in the same order — the fused query/key/value GEMM,
 the layout's attention, the output GEMM, the residual and LayerNorm, the GEMM with its GELU post-op,
-the last GEMM, residual and LayerNorm — from a flat list made once and remade when any weight
-changes. Bitwise the same numbers as the module path (tests/kernels/test_frozen_encoder.py); with
+the last GEMM, residual and LayerNorm — from a flat list made once and remade when any weight or
+module changes: fp32 / bf16 from the oneDNN packs, int8 through the int8 modules' own forwards.
+Bitwise the same numbers as the module path (tests/kernels/test_frozen_encoder.py); with
 gradients, in training mode, when hidden states or attention maps are asked for, or wherever the
-packs do not apply (a GPU, export, int8 layers, an unusual layer), the module path runs.
+packs do not apply (a GPU, export, an unusual or mixed layer), the module path runs.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels import ATTENTION_KERNELS, Linear, Padded, packed
+from ..kernels.int8 import Int8Linear, Int8QKV
+from ..kernels.options import exporting
 from ..kernels.packed import packed_dtype, packed_weights
 from ..model import BertEncoder, BertIntermediate, BertLayer
 
@@ -33,15 +36,52 @@ _data_ptr = torch.Tensor.data_ptr
 _version = operator.attrgetter("_version")
 
 
-def _standard(layer: nn.Module) -> bool:
-    """A post-LN BERT layer of bertkit Linear modules, nn.LayerNorm and the exact GELU: the layer the
-    flat loop computes (adapters, int8 projections or another activation keep the module path)."""
+def _kind(layer: nn.Module) -> str | None:
+    """"fp32": a post-LN BERT layer of bertkit Linear modules, nn.LayerNorm and the exact GELU;
+    "int8": the same after quantize_int8 (Int8QKV, Int8Linear); None: a layer the flat loop does not
+    compute (an adapter, another activation, a mix), which keeps the module path."""
     if type(layer) is not BertLayer:
-        return False
+        return None
     sa, ao, im, out = layer.attention.self, layer.attention.output, layer.intermediate, layer.output
-    linears = (sa.query, sa.key, sa.value, ao.dense, im.dense, out.dense)
-    return (all(type(m) is Linear for m in linears) and im.act is F.gelu
-            and type(ao.LayerNorm) is nn.LayerNorm and type(out.LayerNorm) is nn.LayerNorm)
+    if not (im.act is F.gelu and type(ao.LayerNorm) is nn.LayerNorm and type(out.LayerNorm) is nn.LayerNorm):
+        return None
+    if all(type(m) is Linear for m in (sa.query, sa.key, sa.value, ao.dense, im.dense, out.dense)):
+        return "fp32"
+    if type(sa.query) is Int8QKV and all(type(m) is Int8Linear for m in (ao.dense, im.dense, out.dense)):
+        return "int8"
+    return None
+
+
+def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, gelu: str | None = None):
+    """x -> x @ W.T + b from a oneDNN pack, as kernels/packed.py's packed_linear computes it (`gelu`:
+    "post-op", the exact GELU fused into the GEMM, or "after", F.gelu on its output)."""
+    linear = torch.ops.mkldnn._linear_pointwise
+    if gelu == "post-op":
+        return lambda x: linear(x.to(dtype), pack, bias, "gelu", [], "none")
+    if gelu == "after":
+        return lambda x: F.gelu(linear(x.to(dtype), pack, bias, "none", [], ""))
+    return lambda x: linear(x.to(dtype), pack, bias, "none", [], "")
+
+
+def _fp32_step(layer: BertLayer, dtype: torch.dtype) -> tuple:
+    sa, ao, im, out = layer.attention.self, layer.attention.output, layer.intermediate.dense, layer.output
+    options = sa.kernels
+    qkv = (sa.query, sa.key, sa.value)
+    pack, _, bias = packed_weights(sa.query, options.packed_weights, tuple(m.weight for m in qkv),
+                                   tuple(m.bias for m in qkv), dtype)
+    fused = _packed_gemm(pack, bias, dtype)
+    gemms = [packed_weights(m, options.packed_weights, (m.weight,), (m.bias,), dtype) for m in (ao.dense, im, out.dense)]
+    (o, _, o_b), (i, _, i_b), (f, _, f_b) = gemms
+    return (lambda x: fused(x).chunk(3, -1), _packed_gemm(o, o_b, dtype),
+            _packed_gemm(i, i_b, dtype, "post-op" if options.fused_gelu else "after"), _packed_gemm(f, f_b, dtype))
+
+
+def _int8_step(layer: BertLayer) -> tuple:
+    """The Int8 modules' own forwards, called directly (the same computation, without the module calls)."""
+    qkv, up = layer.attention.self.query, layer.intermediate.dense.forward
+    projection, sizes = qkv.projection.forward, qkv.sizes
+    return (lambda x: projection(x).split(sizes, -1), layer.attention.output.dense.forward,
+            lambda x: F.gelu(up(x)), layer.output.dense.forward)
 
 
 class FrozenEncoder(BertEncoder):
@@ -69,69 +109,66 @@ class FrozenEncoder(BertEncoder):
         return (packed._optimizer_steps, tuple(map(id, modules)), tuple(d.get("act") for d in intermediates),
                 tuple(map(id, params)), tuple(map(_data_ptr, params)), tuple(map(_version, params)))
 
-    def _steps(self, dtype: torch.dtype) -> list[tuple] | None:
-        """Per layer: heads, the (pack, bias) of each GEMM and the LayerNorms' (shape, weight, bias,
-        eps), from the packs the Linear modules hold (kernels/packed.py), remade when the key
-        changed; None when a layer is not one the loop computes."""
+    def _steps(self, mode) -> list[tuple] | None:
+        """Per layer: heads, the query/key/value, output, intermediate (with its GELU) and last
+        projections as functions, and the two LayerNorms' (shape, weight, bias, eps); `mode` the
+        dtype of the oneDNN packs the Linear modules hold (kernels/packed.py) or "int8" (the int8
+        modules' own forwards). Remade when the key changed; None when the layers are not all of
+        the kind `mode` computes."""
         key = self._key()
         state = _STATE[self]
-        cached = state.get(dtype)
+        cached = state.get(mode)
         if cached is not None and cached[0] == key:
             return cached[1]
         state.clear()  # the modules may have changed: read the tree again (and no stale plan stays)
         key = self._key()
         steps = None
-        if all(_standard(layer) for layer in self.layer):
-            options = self.layer[0].attention.self.kernels
+        if all(_kind(layer) == ("int8" if mode == "int8" else "fp32") for layer in self.layer):
             steps = []
             for layer in self.layer:
-                sa, ao, im, out = layer.attention.self, layer.attention.output, layer.intermediate.dense, layer.output
-                qkv = (sa.query, sa.key, sa.value)
-                gemms = [packed_weights(sa.query, options.packed_weights, tuple(m.weight for m in qkv),
-                                        tuple(m.bias for m in qkv), dtype)]
-                gemms += [packed_weights(m, options.packed_weights, (m.weight,), (m.bias,), dtype)
-                          for m in (ao.dense, im, out.dense)]
-                norms = [(n.normalized_shape, n.weight, n.bias, n.eps) for n in (ao.LayerNorm, out.LayerNorm)]
-                steps.append((sa.num_heads, [(pack, bias) for pack, _, bias in gemms], norms))
-        state[dtype] = (key, steps)
+                projections = _int8_step(layer) if mode == "int8" else _fp32_step(layer, mode)
+                norms = [(n.normalized_shape, n.weight, n.bias, n.eps)
+                         for n in (layer.attention.output.LayerNorm, layer.output.LayerNorm)]
+                steps.append((layer.attention.self.num_heads, *projections, *norms))
+        state[mode] = (key, steps)
         return steps
 
-    def _flat_dtype(self, x: torch.Tensor, output_hidden_states: bool, output_attentions: bool):
-        """The dtype the flat loop computes this call in, or None: the module path."""
+    def _flat_mode(self, x: torch.Tensor, output_hidden_states: bool, output_attentions: bool):
+        """What the flat loop computes this call with (a pack dtype, or "int8"), or None: the module path."""
         if self.training or output_hidden_states or output_attentions or torch.is_grad_enabled():
             return None
         options = self.layer[0].attention.self.kernels
-        if options.packed_weights != "onednn" or not options.fused_qkv or options.attention not in ATTENTION_KERNELS:
+        if options.attention not in ATTENTION_KERNELS:
+            return None
+        if type(self.layer[0].attention.self.query) is Int8QKV:
+            cpu_fp32 = x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+            return "int8" if cpu_fp32 and not exporting() else None
+        if options.packed_weights != "onednn" or not options.fused_qkv:
             return None
         return packed_dtype(x, options)
 
     def forward(self, x, layout: Padded, output_hidden_states=False, output_attentions=False):
-        dtype = self._flat_dtype(x, output_hidden_states, output_attentions)
-        steps = None if dtype is None else self._steps(dtype)
+        mode = self._flat_mode(x, output_hidden_states, output_attentions)
+        steps = None if mode is None else self._steps(mode)
         if steps is None:
             return super().forward(x, layout, output_hidden_states, output_attentions)
-        fused_gelu = self.layer[0].attention.self.kernels.fused_gelu
-        gelu, algorithm = ("gelu", "none") if fused_gelu else ("none", "")
-        linear = torch.ops.mkldnn._linear_pointwise
         x = layout.enter(x)  # (N, H) or (B, T, H), as the layers see it
-        for heads, ((qkv, qkv_b), (o, o_b), (i, i_b), (f, f_b)), (norm1, norm2) in steps:
-            q, k, v = linear(x.to(dtype), qkv, qkv_b, "none", [], "").chunk(3, -1)
-            context = layout.attention(q, k, v, heads, 0.0)
-            x = F.layer_norm(linear(context.to(dtype), o, o_b, "none", [], "") + x, *norm1)
-            h = linear(x.to(dtype), i, i_b, gelu, [], algorithm)
-            h = h if fused_gelu else F.gelu(h)
-            x = F.layer_norm(linear(h.to(dtype), f, f_b, "none", [], "") + x, *norm2)
+        for heads, qkv, output, intermediate, last, norm1, norm2 in steps:
+            q, k, v = qkv(x)
+            x = F.layer_norm(output(layout.attention(q, k, v, heads, 0.0)) + x, *norm1)
+            x = F.layer_norm(last(intermediate(x)) + x, *norm2)
         return layout.leave(x), None, None
 
 
 def freeze_encoders(model: nn.Module) -> int:
     """Swap every BertEncoder of `model` whose layers are all standard for a FrozenEncoder; the
-    number swapped. Only for a model nobody else holds (the engine's own): its state dict, names
+    number swapped (all fp32 or all int8 layers). Only for a model nobody else holds (the engine's own): its state dict, names
     and training behaviour stay as they were."""
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is BertEncoder and all(_standard(layer) for layer in child.layer):
+            kinds = {_kind(layer) for layer in child.layer} if type(child) is BertEncoder else {None}
+            if len(kinds) == 1 and None not in kinds:  # every layer fp32, or every layer int8
                 setattr(parent, name, FrozenEncoder(child))
                 swapped += 1
     return swapped

@@ -1,7 +1,8 @@
 """The engine's flat inference loop (inference/frozen.py, issue 39): bitwise the module path's numbers
 on every layout (a lone input padded, a batch unpadded with packed attention, bf16 autocast where the
 CPU has bf16), the layers' modules really not called, the weights' changes seen, and the module path
-wherever the loop does not apply (gradients, training, hidden states, int8 layers)."""
+wherever the loop does not apply (gradients, training, hidden states, a mix of int8 and fp32
+layers); int8 layers through their own forwards."""
 
 import copy
 
@@ -13,7 +14,7 @@ from bertkit import BertConfig, kernels
 from bertkit.device import cpu_features
 from bertkit.inference.frozen import FrozenEncoder, freeze_encoders
 from bertkit.kernels import KernelOptions
-from bertkit.kernels.int8 import quantize_int8
+from bertkit.kernels.int8 import OUTLIER_THRESHOLD, quantize_int8
 from bertkit.model import BertEncoder
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),  # conftest.py
@@ -118,19 +119,44 @@ def test_a_weight_replaced_by_a_new_parameter_is_seen():
         assert torch.equal(frozen(**inputs).last_hidden_state, model(**inputs).last_hidden_state)
 
 
-def test_layers_quantised_after_freezing_take_the_module_path():
+def test_int8_layers_run_the_flat_loop_with_the_int8_modules_numbers():
     model, frozen = model_pair()
     inputs = batch([9, 17])
     with torch.inference_mode():
-        frozen(**inputs)  # a plan made from the fp32 layers
-    quantize_int8(model)
-    quantize_int8(frozen)
+        frozen(**inputs)  # a plan made from the fp32 layers: quantising after it must be seen
+    for m in (model, frozen):
+        with torch.no_grad():  # large activations: the feed-forward output's fp32 outlier channels run too
+            m.encoder.layer[1].intermediate.dense.weight.mul_(8.0)
+        quantize_int8(m)
+    largest = []
+    model.encoder.layer[1].output.dense.register_forward_hook(lambda m, i, o: largest.append(i[0].abs().max()))
     calls = layer_calls(frozen)
     with torch.inference_mode():
         expected = model(**inputs).last_hidden_state
         got = frozen(**inputs).last_hidden_state
-    assert calls, "int8 layers must run as modules"
+    assert largest[0] > OUTLIER_THRESHOLD, "the outlier split must be exercised"
+    assert not calls, "int8 layers run in the flat loop too"
     assert torch.equal(got, expected)
+
+
+def test_a_mix_of_int8_and_fp32_layers_takes_the_module_path():
+    model, frozen = model_pair()
+    for m in (model, frozen):
+        quantize_int8(m)
+        m.encoder.layer[1] = copy.deepcopy(model_pair()[0].encoder.layer[1])  # an fp32 layer again
+    calls = layer_calls(frozen)
+    inputs = batch([9, 17])
+    with torch.inference_mode():
+        expected = model(**inputs).last_hidden_state
+        got = frozen(**inputs).last_hidden_state
+    assert calls
+    assert torch.equal(got, expected)
+
+
+def test_freezing_an_int8_model_swaps_its_encoder():
+    model, _ = model_pair()
+    quantize_int8(model)
+    assert freeze_encoders(model) == 1 and type(model.encoder) is FrozenEncoder
 
 
 @pytest.mark.parametrize("case", ["gradients", "training", "hidden_states", "attentions", "eager_attention",
