@@ -1,7 +1,8 @@
 """One input after a rest, each engine alone in its own process (issue 39): how a lone request's
 latency grows with the idle time before it.
 
-    python benchmarks/idle_latency.py            # ~4 min on 2 cores: MiniLM, fp32 and int8
+    python benchmarks/idle_latency.py            # ~2 min on 2 cores: MiniLM, bertkit and ONNX Runtime
+    python benchmarks/idle_latency.py --all-engines --sizes minilm,base   # every engine (~12 min)
 
 bench_engines.py --batch 1 alternates nine engines in one process, so each engine has rested a few
 hundred milliseconds before its call (the other eight ran meanwhile): the regime where bertkit's
@@ -32,9 +33,9 @@ sys.path.insert(0, str(HERE))
 
 RESTS = (0.0, 0.02, 0.2)
 INPUTS = 40
-RUNS = [("bertkit_fp32", {}), ("bertkit_fp32", {"GOMP_SPINCOUNT": "30000000"}), ("bertkit_engine_fp32", {}),
-        ("onnxruntime_fp32", {}),
-        ("bertkit_int8", {}), ("bertkit_int8", {"GOMP_SPINCOUNT": "30000000"}), ("onnxruntime_int8", {})]
+SPIN = {"GOMP_SPINCOUNT": "30000000"}  # libgomp's workers spin ~0.7 s after a call instead of ~10 ms
+RUNS = [("bertkit_fp32", {}), ("bertkit_fp32", SPIN), ("bertkit_engine_fp32", {}), ("onnxruntime_fp32", {}),
+        ("bertkit_int8", {}), ("bertkit_int8", SPIN), ("onnxruntime_int8", {})]
 
 
 def engine_runner():
@@ -52,22 +53,20 @@ def engine_runner():
     return run
 
 
-def child(engine: str, threads: int) -> dict:
-    """In a fresh process: median ms per call of `engine` after each rest."""
+def child(engine: str, size: str, threads: int, inputs: int) -> dict:
+    """In a fresh process: median ms per call of `engine` on `size` after each rest."""
     import torch
 
     import bench_common as C
     import bench_engines as E
 
     torch.set_num_threads(threads)
-    ours = E.bertkit_model("minilm")
+    ours = E.bertkit_model(size)
     if engine == "bertkit_engine_fp32":
         run = engine_runner()
-    elif engine.startswith("bertkit"):
-        run = E.bertkit_runners(ours)[engine]
     else:
-        run = E.onnxruntime_runners(ours, Path(tempfile.mkdtemp()), threads, {})[engine]
-    batches = [E.Batch(b) for b in C.variable_length_batches(ours.config, 1, count=INPUTS, low=8, high=64)]
+        run = E.build_engines(ours, [engine], Path(tempfile.mkdtemp()), threads, {})[engine]
+    batches = [E.Batch(b) for b in C.variable_length_batches(ours.config, 1, count=inputs, low=8, high=64)]
     for batch in batches[:5]:
         run(batch)
     medians = {}
@@ -83,31 +82,49 @@ def child(engine: str, threads: int) -> dict:
 
 
 def main() -> int:
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        print(json.dumps(child(sys.argv[2], int(sys.argv[3]))))
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
         return 0
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="minilm", help="minilm and / or base (default minilm)")
+    parser.add_argument("--all-engines", action="store_true",
+                        help="every engine of bench_engines (OpenVINO, CTranslate2, bf16 too), not only bertkit and ONNX Runtime")
+    args = parser.parse_args()
     import bench_common as C
+    import bench_engines as E
 
     machine = C.machine_description()
+    runs = RUNS + ([(e, {}) for e in E.ENGINES if e not in {r[0] for r in RUNS}] + [("bertkit_bf16", SPIN)]
+                   if args.all_engines else [])
+    if not machine.get("bf16_supported"):
+        runs = [r for r in runs if not r[0].endswith("bf16")]
     rows = []
-    for engine, env in RUNS:
-        out = subprocess.run([sys.executable, __file__, "--child", engine, "2"], env={**os.environ, **env},
-                             capture_output=True, text=True, check=True)
-        medians = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append({"engine": engine, "env": env, "median_ms": medians})
-        print(engine, env, {k: round(v, 2) for k, v in medians.items()}, flush=True)
+    for size in args.sizes.split(","):
+        inputs = INPUTS if size == "minilm" else INPUTS // 2
+        for engine, env in runs:
+            if engine == "bertkit_engine_fp32" and size != "minilm":
+                continue  # the engine runs a model folder: MiniLM's
+            out = subprocess.run([sys.executable, __file__, "--child", engine, size, "2", str(inputs)],
+                                 env={**os.environ, **env}, capture_output=True, text=True, check=True)
+            medians = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append({"size": size, "engine": engine, "env": env, "inputs": inputs, "median_ms": medians})
+            print(size, engine, env, {k: round(v, 2) for k, v in medians.items()}, flush=True)
     folder = HERE / "results" / machine["cpu_class"]
     folder.mkdir(parents=True, exist_ok=True)
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine, "threads": 2,
-               "inputs": INPUTS, "lengths": [8, 64], "rests_s": list(RESTS), "rows": rows}
+               "command": " ".join(["idle_latency.py"] + sys.argv[1:]), "lengths": [8, 64], "rests_s": list(RESTS),
+               "rows": rows}
     (folder / "idle_latency.json").write_text(json.dumps(results, indent=1) + "\n")
     lines = [f"# One input after a rest, each engine alone ({machine['cpu_class']})", "",
-             f"`python benchmarks/idle_latency.py` on {results['date']}: {machine['cpu']}, 2 threads, all-MiniLM-L6-v2, "
-             f"{INPUTS} inputs of 8-64 tokens, each engine in its own process; median ms per call.", "",
-             "| engine | environment | back to back | 20 ms rest | 200 ms rest |", "|---|---|---:|---:|---:|"]
+             f"`python benchmarks/{results['command']}` on {results['date']}: {machine['cpu']}, 2 threads, "
+             "inputs of 8-64 tokens (40 for MiniLM, 20 for base), each engine in its own process; median ms per call.", "",
+             "| model | engine | environment | back to back | 20 ms rest | 200 ms rest |", "|---|---|---|---:|---:|---:|"]
     for r in rows:
         env = ", ".join(f"{k}={v}" for k, v in r["env"].items()) or "defaults"
-        lines.append(f"| {r['engine']} | {env} | " + " | ".join(f"{r['median_ms'][str(s)]:.2f}" for s in RESTS) + " |")
+        lines.append(f"| {r['size']} | {r['engine']} | {env} | "
+                     + " | ".join(f"{r['median_ms'][str(s)]:.2f}" for s in RESTS) + " |")
     (folder / "idle_latency.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder / 'idle_latency.md'}")
     return 0
