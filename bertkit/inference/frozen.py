@@ -81,7 +81,7 @@ def _int8_step(layer: BertLayer) -> tuple:
     qkv, up = layer.attention.self.query, layer.intermediate.dense.forward
     projection, sizes = qkv.projection.forward, qkv.sizes
     return (lambda x: projection(x).split(sizes, -1), layer.attention.output.dense.forward,
-            lambda x: F.gelu(up(x)), layer.output.dense.forward)
+            lambda x: torch.ops.aten.gelu_(up(x)), layer.output.dense.forward)
 
 
 class FrozenEncoder(BertEncoder):

@@ -18,7 +18,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference import InferenceEngine
 from bertkit.device import cpu_features
-from bertkit.kernels.int8 import NO_VNNI_NOTE, Int8Linear, Int8QKV, quantize_int8
+from bertkit.kernels.int8 import GELU_FLOOR, NO_VNNI_NOTE, Int8Linear, Int8QKV, quantize_int8
 from bertkit.kernels.linear import ProjectedWithQuery
 from bertkit.model import BertModel
 from bertkit.tokenizer import BertTokenizer
@@ -89,6 +89,37 @@ def test_outlier_channels_leave_the_int8_range_and_are_multiplied_in_fp32():
     quiet[..., 11] = 0.1
     assert torch.equal(split(quiet), plain(quiet))
     assert split(torch.zeros(0, 64)).shape == (0, 48)
+
+
+def test_behind_the_gelu_the_outlier_search_reads_maxima_only_and_columns_are_made_once_per_set():
+    """The GELU's output never lies below GELU_FLOOR, so a layer behind it looks for outliers among the
+    channels' maxima only: the same channels, the same numbers, as the search that reads minima too.
+    The fp32 columns of each set of outlier channels are made once and reused; a negative outlier
+    is still found where no floor is known."""
+    torch.manual_seed(0)
+    assert float(torch.nn.functional.gelu(torch.linspace(-3, 0, 30001)).min()) > GELU_FLOOR
+    layer = torch.nn.Linear(64, 48)
+    generic, behind_gelu = Int8Linear(layer, 6.0), Int8Linear(layer, 6.0, GELU_FLOOR)
+    x = torch.nn.functional.gelu(0.5 * torch.randn(40, 64))
+    x[::5, 11] = 25.0
+    y = x.clone()
+    y[::3, 30] = 9.0
+    for inputs in (x, y, x, y):
+        assert torch.equal(generic(inputs), behind_gelu(inputs))
+    assert sorted(behind_gelu._columns) == [(11,), (11, 30)]
+    first = behind_gelu._columns[(11,)]
+    behind_gelu(x)
+    assert behind_gelu._columns[(11,)] is first  # reused, not remade
+    negative = x.clone()
+    negative[::4, 5] = -9.0
+    w = layer.weight.detach().double()
+    wq = torch.round(w / (w.abs().amax(1, keepdim=True) / 127)) * (w.abs().amax(1, keepdim=True) / 127)
+    exact = negative.double() @ wq.T + layer.bias.detach().double()
+    generic(negative)
+    assert (5, 11) in generic._columns
+    rest = torch.cat([negative[:, :5], negative[:, 6:11], negative[:, 12:]], 1)  # the channels left in int8
+    step = float(rest.max() - rest.min()) / 127
+    assert (generic(negative).double() - exact).abs().max() <= step * wq.abs().sum(1).max()
 
 
 def test_fused_query_key_value_equal_three_separate_int8_projections():
