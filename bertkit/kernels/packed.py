@@ -7,9 +7,11 @@ whose weights do not change between calls can have that done once:
 * "mkl": MKL's packed sgemm (cblas_sgemm_pack, then cblas_sgemm_compute per call), which torch
   exposes as `mkl._mkl_reorder_linear_weight` / `mkl._mkl_linear` (inductor's freezing uses them).
   torch's op takes the packed route only when the call's row count equals the `batch_size` it is
-  given; MKL's packed B matrix does not depend on the row count (bitwise the same pack for every
-  count tried: tests/kernels/test_inference_levers.py checks it), so one pack serves every call, each naming
-  its own row count.
+  given; one pack (made for 64 rows) serves every call, each naming its own row count. MKL's
+  compute reads a pack made for another row count correctly, but the pack is not always the same
+  bits: on some CPUs MKL blocks a one-row pack differently, so a lone row can differ from a pack
+  made for it in the last bit (tests/kernels/test_inference_levers.py checks F.linear's numbers at
+  every count).
 * "onednn": oneDNN's blocked weight layout (`mkldnn._reorder_linear_weight`), run by the oneDNN
   Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on. Under
   bf16 autocast on a CPU with native bf16 the pack is of the bf16 weights: autocast would otherwise
