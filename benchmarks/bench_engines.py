@@ -40,11 +40,14 @@ mean cosine similarity per token).
 
 `--batch N --lengths LO,HI` set the batch (default 32, lengths 16-128); at 8 inputs or fewer the
 report gives the median and 90th-percentile milliseconds per call (latency) instead of sequences/s.
-Before every timed call the benchmark waits `--settle` seconds (default 0.02), untimed: ONNX
-Runtime's thread pool and CTranslate2's and torch's OpenMP threads keep spinning for a while after
-a call, and an engine timed right behind a spinning one shares the cores with it (on 2 cores that
-slowed torch's OpenMP, which waits for both threads at every op, several times over). A server
-runs one engine; the pause gives each call the machine that engine would have there.
+Before every timed call the benchmark waits `--settle` seconds (default 0.1), untimed: ONNX
+Runtime's thread pool and torch's OpenMP threads keep spinning for a while after a call, and an
+engine timed right behind a spinning one shares the cores with it (on 2 cores that slows torch's
+OpenMP, which waits for both threads at every op, several times over). ONNX Runtime's worker
+spins ~50 ms after each run (40-50 ms of CPU time in any rest after a call, Xeon with AMX): behind
+it after 0.02 s of rest bertkit fp32 took 30 ms for one MiniLM input, 12 ms with ONNX Runtime's
+spinning turned off, 11-12 ms after 0.06-0.1 s of rest, as alone (docs/speed.md). A server runs
+one engine; the pause gives each call the machine that engine would have there.
 
 Results: benchmarks/results/<cpu class>/engines.{json,md} (`--quick`: runs/bench-quick/ and a
 comparison with the class table). `--levers`: engines_levers.{json,md} beside them.
@@ -115,8 +118,8 @@ def parse_args(argv=None):
     parser.add_argument("--batch", type=int, default=BATCH_SIZE, help=f"inputs per call (default {BATCH_SIZE}; "
                         f"at most {SMALL_BATCH}: the report is latency)")
     parser.add_argument("--lengths", default="16,128", help="LO,HI: input lengths drawn uniformly (default 16,128)")
-    parser.add_argument("--settle", type=float, default=0.02, help="seconds of rest before each timed call, untimed "
-                        "(other engines' spinning threads; default 0.02)")
+    parser.add_argument("--settle", type=float, default=0.1, help="seconds of rest before each timed call, untimed "
+                        "(other engines' spinning threads; default 0.1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>, "
                         "or runs/bench-quick with --quick)")
