@@ -11,9 +11,12 @@ runs one engine), on the same 40 inputs of 8-64 tokens (bench_engines' lone batc
 engine runs a model; `bertkit_engine_fp32`: the InferenceEngine itself, warmed up as `serve` starts
 it, rows in and tensors out), with 0, 20 and 200 ms of rest before each call; bertkit also with
 GOMP_SPINCOUNT raised, which keeps libgomp's worker threads spinning ~0.7 s after a call (one core
-busy meanwhile) instead of ~10 ms.
+busy meanwhile) instead of ~10 ms. A last column streams FLUSH_MB of memory through the caches
+before each call (untimed, numpy on the calling thread, so no engine's pool is left spinning beside
+the next): the threads idle for that while (30-60 ms) as in a rest, and the caches lose the weights
+too. Read it against the 20 and 200 ms columns: what the caches add to a rest.
 
-Results: benchmarks/results/<cpu class>/idle_latency.{json,md}.
+Results: benchmarks/results/<cpu class>/idle_latency.{json,md} (`--output` another folder).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 RESTS = (0.0, 0.02, 0.2)
+FLUSH_MB = 400  # more than the largest L3 seen on these machines (300 MiB, an Emerald Rapids Xeon)
 INPUTS = 40
 SPIN = {"GOMP_SPINCOUNT": "30000000"}  # libgomp's workers spin ~0.7 s after a call instead of ~10 ms
 RUNS = [("bertkit_fp32", {}), ("bertkit_fp32", SPIN), ("bertkit_engine_fp32", {}), ("onnxruntime_fp32", {}),
@@ -55,6 +59,7 @@ def engine_runner():
 
 def child(engine: str, size: str, threads: int, inputs: int) -> dict:
     """In a fresh process: median ms per call of `engine` on `size` after each rest."""
+    import numpy as np
     import torch
 
     import bench_common as C
@@ -78,6 +83,13 @@ def child(engine: str, size: str, threads: int, inputs: int) -> dict:
             run(batch)
             seconds.append(time.perf_counter() - start)
         medians[str(rest)] = 1000 * statistics.median(seconds)
+    flush, seconds = np.ones(FLUSH_MB << 18, dtype=np.float32), []
+    for batch in batches:
+        flush += 1.0  # every cache line of the buffer written, on one thread: the weights leave the caches
+        start = time.perf_counter()
+        run(batch)
+        seconds.append(time.perf_counter() - start)
+    medians["flush"] = 1000 * statistics.median(seconds)
     return medians
 
 
@@ -91,6 +103,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="minilm", help="minilm and / or base (default minilm)")
     parser.add_argument("--all-engines", action="store_true",
                         help="every engine of bench_engines (OpenVINO, CTranslate2, bf16 too), not only bertkit and ONNX Runtime")
+    parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>)")
     args = parser.parse_args()
     import bench_common as C
     import bench_engines as E
@@ -111,20 +124,21 @@ def main() -> int:
             medians = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append({"size": size, "engine": engine, "env": env, "inputs": inputs, "median_ms": medians})
             print(size, engine, env, {k: round(v, 2) for k, v in medians.items()}, flush=True)
-    folder = HERE / "results" / machine["cpu_class"]
+    folder = Path(args.output) if args.output else HERE / "results" / machine["cpu_class"]
     folder.mkdir(parents=True, exist_ok=True)
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine, "threads": 2,
                "command": " ".join(["idle_latency.py"] + sys.argv[1:]), "lengths": [8, 64], "rests_s": list(RESTS),
-               "rows": rows}
+               "flush_mb": FLUSH_MB, "rows": rows}
     (folder / "idle_latency.json").write_text(json.dumps(results, indent=1) + "\n")
     lines = [f"# One input after a rest, each engine alone ({machine['cpu_class']})", "",
              f"`python benchmarks/{results['command']}` on {results['date']}: {machine['cpu']}, 2 threads, "
              "inputs of 8-64 tokens (40 for MiniLM, 20 for base), each engine in its own process; median ms per call.", "",
-             "| model | engine | environment | back to back | 20 ms rest | 200 ms rest |", "|---|---|---|---:|---:|---:|"]
+             f"| model | engine | environment | back to back | 20 ms rest | 200 ms rest | {FLUSH_MB} MB streamed through the caches before each |",
+             "|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         env = ", ".join(f"{k}={v}" for k, v in r["env"].items()) or "defaults"
         lines.append(f"| {r['size']} | {r['engine']} | {env} | "
-                     + " | ".join(f"{r['median_ms'][str(s)]:.2f}" for s in RESTS) + " |")
+                     + " | ".join(f"{r['median_ms'][k]:.2f}" for k in [*map(str, RESTS), "flush"]) + " |")
     (folder / "idle_latency.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {folder / 'idle_latency.md'}")
     return 0
