@@ -78,10 +78,11 @@ def _fp32_step(layer: BertLayer, dtype: torch.dtype) -> tuple:
 
 def _int8_step(layer: BertLayer) -> tuple:
     """The Int8 modules' own forwards, called directly (the same computation, without the module calls)."""
-    qkv, up = layer.attention.self.query, layer.intermediate.dense.forward
+    qkv, up, down = layer.attention.self.query, layer.intermediate.dense.forward, layer.output.dense.forward
     projection, sizes = qkv.projection.forward, qkv.sizes
+    # The GELU's output feeds the last projection only: its outlier split need not restore it.
     return (lambda x: projection(x).split(sizes, -1), layer.attention.output.dense.forward,
-            lambda x: torch.ops.aten.gelu_(up(x)), layer.output.dense.forward)
+            lambda x: torch.ops.aten.gelu_(up(x)), lambda x: down(x, overwrite_input=True))
 
 
 class FrozenEncoder(BertEncoder):

@@ -122,6 +122,32 @@ def test_behind_the_gelu_the_outlier_search_reads_maxima_only_and_columns_are_ma
     assert (generic(negative).double() - exact).abs().max() <= step * wq.abs().sum(1).max()
 
 
+def test_the_last_calls_outlier_channels_are_reused_and_a_consumed_input_is_left_zeroed():
+    """A call whose outlier channels are the last call's reuses their index and columns; another set
+    is found and computed afresh. `overwrite_input` gives the same numbers and leaves the outlier
+    channels of its input zeroed; without it the input comes back bitwise."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    cached, fresh = Int8Linear(layer, 6.0, GELU_FLOOR), Int8Linear(layer, 6.0, GELU_FLOOR)
+    x = torch.nn.functional.gelu(0.5 * torch.randn(40, 64))
+    x[::5, 11] = 25.0
+    y = x.clone()
+    y[::3, 30] = 9.0
+    cached(x)
+    index = cached._last[1]
+    cached(x * 0.9)  # other values, the same channel past the threshold
+    assert cached._last[1] is index, "the same set: its index reused"
+    for inputs in (y, x, y * 1.1, x):
+        fresh._last, fresh._columns = None, {}
+        assert torch.equal(cached(inputs), fresh(inputs))
+    assert cached._last[1].tolist() == [11]
+    before = y.clone()
+    kept = cached(y)
+    assert torch.equal(y, before), "restored"
+    assert torch.equal(cached(y, overwrite_input=True), kept)
+    assert torch.equal(y[:, [11, 30]], torch.zeros(40, 2)) and torch.equal(y[:, :11], before[:, :11])
+
+
 def test_fused_query_key_value_equal_three_separate_int8_projections():
     torch.manual_seed(0)
     layers = [torch.nn.Linear(64, 64) for _ in range(3)]
