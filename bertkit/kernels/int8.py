@@ -14,8 +14,9 @@ all-MiniLM-L6-v2 fine-tuned on MRPC one channel reaches 25 against a 99.9th perc
 and one such channel stretches the single activation scale over all the others. There the
 channels past `OUTLIER_THRESHOLD` in a call are multiplied in fp32 (with the int8 weights' values)
 and the rest in int8: LLM.int8()'s mixed-precision decomposition (Dettmers et al. 2022, its
-threshold 6.0). The cost is one pass reading the input; where a value passes the threshold, a
-second one finding its channels and one over the (N, H) output, with no copy of the input. The
+threshold 6.0). The cost is one pass reading the input (its channels' maxima, and minima where
+the input has no known floor); where a channel passes the threshold, a gather of those channels
+and one pass over the (N, H) output, with no copy of the input. The
 other Linears stay plain int8: splitting them too gains less per pass (the intermediate Linear's
 extra pass would be over its (N, 4H) output; numbers in docs/speed.md, from
 benchmarks/int8_accuracy.py --layers).
