@@ -11,7 +11,8 @@ medians (the machine's noise only ever adds time).
 `--weights cold` (the default) cycles every call through copies of the weights totalling at least
 64 MiB of fp32, more than the CPU's caches: one request through a real model streams each layer's
 weights from memory once, and a GEMM timed on one weight kept in cache (`--weights warm`) flatters
-the kernel that reads the most bytes. Median microseconds per GEMM over `--calls` calls, per shape
+the kernel that reads the most bytes (and ONNX Runtime's columns then carry one `session.run` per
+GEMM, which cold spreads over the copies). Median microseconds per GEMM over `--calls` calls, per shape
 of all-MiniLM-L6-v2 (H 384) and BERT-base (H 768): the fused query/key/value projection, the
 attention output, the feed-forward in and out; and per row count (8, 40, 64: one input of 8, 36
 and 64 tokens, padded to a multiple of 8 as bertkit's engine runs it). "one layer" sums the four.
@@ -203,7 +204,8 @@ def render(rows: list[dict], meta: dict) -> str:
              f"{meta['torch']}, onnxruntime {meta['onnxruntime']}. Each kernel alone in its own process, "
              f"{meta['rounds']} rounds round-robin, {meta['calls']} calls each; "
              + ("every call cycles through weight copies totalling at least 64 MiB (one request streams "
-                "its weights from memory). " if meta["weights"] == "cold" else "one weight, kept in cache. ")
+                "its weights from memory). " if meta["weights"] == "cold" else "one weight, kept in cache (ONNX "
+               "Runtime's figures then carry a whole `session.run` per GEMM). ")
              + "Median µs per GEMM, the lower of the rounds (fastest of each precision in bold; int8 "
              "quantises its input per call, as bertkit's Int8Linear and ONNX Runtime's dynamic int8 do). "
              "\"one layer\": the four GEMMs of a layer summed.", "",
