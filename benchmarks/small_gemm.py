@@ -12,7 +12,9 @@ medians (the machine's noise only ever adds time).
 64 MiB of fp32, more than the CPU's caches: one request through a real model streams each layer's
 weights from memory once, and a GEMM timed on one weight kept in cache (`--weights warm`) flatters
 the kernel that reads the most bytes (and ONNX Runtime's columns then carry one `session.run` per
-GEMM, which cold spreads over the copies). Median microseconds per GEMM over `--calls` calls, per shape
+GEMM, which cold spreads over the copies). `--weights model` runs every layer's four GEMMs in
+order, each with its own weights, as one forward pass does (the shapes interleaved, 6 layers for
+MiniLM and 12 for base), and gives the time for all of them. Median microseconds per GEMM over `--calls` calls, per shape
 of all-MiniLM-L6-v2 (H 384) and BERT-base (H 768): the fused query/key/value projection, the
 attention output, the feed-forward in and out; and per row count (8, 40, 64: one input of 8, 36
 and 64 tokens, padded to a multiple of 8 as bertkit's engine runs it). "one layer" sums the four.
@@ -26,6 +28,7 @@ and 64 tokens, padded to a multiple of 8 as bertkit's engine runs it). "one laye
   DynamicQuantizeMatMul (what its dynamic int8 model runs).
 
     python benchmarks/small_gemm.py                    # ~5 min; results/<cpu class>/small_gemm.{md,json}
+    python benchmarks/small_gemm.py --weights model    # results/<cpu class>/small_gemm_model.{md,json}
     python benchmarks/small_gemm.py --weights warm --output runs/gemm
 """
 
@@ -93,54 +96,57 @@ def _torch_int8(weights, biases, engine: str):
     finally:
         torch.backends.quantized.engine = before
     dynamic = torch.ops.quantized.linear_dynamic
-    return lambda x: [dynamic(x, p, False) for p in packs]
+    widths = [w.shape[1] for w in weights]
+    return lambda xs: [dynamic(xs[k], p, False) for k, p in zip(widths, packs)]
 
 
 def _onnxruntime(weights, biases, threads: int, int8: bool):
-    """One session holding every copy's GEMM (run one after the other by the sequential executor), so
-    the per-run overhead spreads over the copies, as over a model's layers."""
+    """One session holding every weight's GEMM (run one after the other by the sequential executor), so
+    the per-run overhead spreads over them, as over a model's layers; one input per width."""
     import onnxruntime as ort
     import torch
     from onnx import TensorProto, helper, numpy_helper
-    n, k = weights[0].shape
     nodes, initializers, outputs = [], [], []
     for i, (weight, bias) in enumerate(zip(weights, biases)):
+        n, k = weight.shape
         if int8:
             scale, q = _per_channel_int8(weight)
-            nodes.append(helper.make_node("DynamicQuantizeMatMul", ["x", f"w{i}", f"s{i}", "", f"b{i}"], [f"y{i}"],
+            nodes.append(helper.make_node("DynamicQuantizeMatMul", [f"x{k}", f"w{i}", f"s{i}", "", f"b{i}"], [f"y{i}"],
                                           domain="com.microsoft"))
             initializers += [numpy_helper.from_array(q.T.contiguous().to(torch.int8).numpy(), f"w{i}"),
                              numpy_helper.from_array(scale.numpy(), f"s{i}")]
         else:
-            nodes += [helper.make_node("MatMul", ["x", f"w{i}"], [f"m{i}"]),
+            nodes += [helper.make_node("MatMul", [f"x{k}", f"w{i}"], [f"m{i}"]),
                       helper.make_node("Add", [f"m{i}", f"b{i}"], [f"y{i}"])]
             initializers.append(numpy_helper.from_array(weight.T.contiguous().numpy(), f"w{i}"))
         initializers.append(numpy_helper.from_array(bias.numpy(), f"b{i}"))
         outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, ["m", n]))
-    graph = helper.make_graph(nodes, "gemms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", k])],
-                              outputs, initializers)
+    widths = sorted({w.shape[1] for w in weights})
+    inputs = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, ["m", k]) for k in widths]
+    graph = helper.make_graph(nodes, "gemms", inputs, outputs, initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return lambda x: session.run(None, {"x": x.numpy()})
+    return lambda xs: session.run(None, {f"x{k}": xs[k].numpy() for k in widths})
 
 
 def kernel(name: str, weights, biases, threads: int):
-    """x -> [one output per weight copy] through kernel `name`."""
+    """xs ({in_features: input}) -> [one output per weight, in order] through kernel `name`."""
     import torch
     import torch.nn.functional as F
     linear = torch.ops.mkldnn._linear_pointwise
+    widths = [w.shape[1] for w in weights]
     if name == "fp32 F.linear (MKL)":
-        return lambda x: [F.linear(x, w, b) for w, b in zip(weights, biases)]
+        return lambda xs: [F.linear(xs[k], w, b) for k, w, b in zip(widths, weights, biases)]
     if name == "fp32 oneDNN packed":
         packs = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
-        return lambda x: [linear(x, p, b, "none", [], "") for p, b in zip(packs, biases)]
+        return lambda xs: [linear(xs[k], p, b, "none", [], "") for k, p, b in zip(widths, packs, biases)]
     if name == "bf16 oneDNN packed":
         packs = [torch.ops.mkldnn._reorder_linear_weight(w.bfloat16()) for w in weights]
         b16 = [b.bfloat16() for b in biases]
-        return lambda x: [linear(x.bfloat16(), p, b, "none", [], "") for p, b in zip(packs, b16)]
+        return lambda xs: [linear(xs[k].bfloat16(), p, b, "none", [], "") for k, p, b in zip(widths, packs, b16)]
     if name == "int8 x86 engine (fbgemm)":
         return _torch_int8(weights, biases, "x86")
     if name == "int8 onednn engine":
@@ -148,34 +154,62 @@ def kernel(name: str, weights, biases, threads: int):
     return _onnxruntime(weights, biases, threads, int8="int8" in name)
 
 
+LAYERS = {"minilm": 6, "base": 12}
+DESCRIPTION = {
+    "cold": "Every call cycles through weight copies totalling at least 64 MiB (one request streams its "
+            "weights from memory); µs per GEMM; \"one layer\": the four GEMMs of a layer summed. ",
+    "warm": "One weight, kept in cache (ONNX Runtime's figures then carry a whole `session.run` per GEMM); "
+            "µs per GEMM; \"one layer\": the four GEMMs of a layer summed. ",
+    "model": "Every layer's four GEMMs in order, each with its own weights (MiniLM 6 layers, base 12), "
+             "as one forward pass runs them (ONNX Runtime: one session holding them all); µs for them all. ",
+}
+
+
+def _timed(fn, xs, reference, calls: int, per: int) -> tuple[float, float]:
+    """(median µs per call / per, max abs difference of the first output from `reference`)."""
+    import torch
+    with torch.inference_mode():
+        error = float((torch.as_tensor(fn(xs)[0]).float() - reference).abs().max())
+        for _ in range(3):  # code generation, first touch
+            fn(xs)
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            fn(xs)
+            times.append((time.perf_counter() - start) / per)
+    return statistics.median(times) * 1e6, error
+
+
 def child(name: str, weights_mode: str, calls: int, threads: int) -> list[dict]:
-    """Time kernel `name` over every shape and row count; runs in its own process."""
+    """Time kernel `name` over every shape (or every model, `weights_mode` "model") and row count;
+    runs in its own process."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
     rows = []
     for size, shapes in SHAPES.items():
+        g = torch.Generator().manual_seed(0)
+        if weights_mode == "model":  # every layer's four GEMMs in order, each with its own weights
+            layout = [(k, n) for _ in range(LAYERS[size]) for k, n in shapes]
+            weights = [torch.randn(n, k, generator=g) * 0.05 for k, n in layout]
+            biases = [torch.randn(n, generator=g) * 0.1 for k, n in layout]
+            fn = kernel(name, weights, biases, threads)
+            for m in ROWS:
+                xs = {k: torch.randn(m, k, generator=g) for k in {k for k, _ in layout}}
+                us, error = _timed(fn, xs, F.linear(xs[layout[0][0]], weights[0], biases[0]), calls, 1)
+                rows.append({"size": size, "k": "model", "n": LAYERS[size], "rows": m, "kernel": name,
+                             "copies": 1, "median_us": us, "max_abs_diff": error})
+            continue
         for k, n in shapes:
             copies = max(1, math.ceil(COLD_BYTES / (4 * k * n))) if weights_mode == "cold" else 1
-            g = torch.Generator().manual_seed(0)
             weights = [torch.randn(n, k, generator=g) * 0.05 for _ in range(copies)]
             biases = [torch.randn(n, generator=g) * 0.1 for _ in range(copies)]
             fn = kernel(name, weights, biases, threads)
             for m in ROWS:
                 x = torch.randn(m, k, generator=g)
-                with torch.inference_mode():
-                    got = fn(x)[0]
-                    got = torch.as_tensor(got).float()
-                    error = float((got - F.linear(x, weights[0], biases[0])).abs().max())
-                    for _ in range(3):  # code generation, first touch
-                        fn(x)
-                    times = []
-                    for _ in range(calls):
-                        start = time.perf_counter()
-                        fn(x)
-                        times.append((time.perf_counter() - start) / copies)
+                us, error = _timed(fn, {k: x}, F.linear(x, weights[0], biases[0]), calls, copies)
                 rows.append({"size": size, "k": k, "n": n, "rows": m, "kernel": name, "copies": copies,
-                             "median_us": statistics.median(times) * 1e6, "max_abs_diff": error})
+                             "median_us": us, "max_abs_diff": error})
     return rows
 
 
@@ -202,13 +236,10 @@ def render(rows: list[dict], meta: dict) -> str:
              f"`python benchmarks/small_gemm.py --weights {meta['weights']}` on {meta['date']} "
              f"({meta['minutes']:.1f} min). Machine: {meta['machine']}; {meta['threads']} threads, torch "
              f"{meta['torch']}, onnxruntime {meta['onnxruntime']}. Each kernel alone in its own process, "
-             f"{meta['rounds']} rounds round-robin, {meta['calls']} calls each; "
-             + ("every call cycles through weight copies totalling at least 64 MiB (one request streams "
-                "its weights from memory). " if meta["weights"] == "cold" else "one weight, kept in cache (ONNX "
-               "Runtime's figures then carry a whole `session.run` per GEMM). ")
-             + "Median µs per GEMM, the lower of the rounds (fastest of each precision in bold; int8 "
-             "quantises its input per call, as bertkit's Int8Linear and ONNX Runtime's dynamic int8 do). "
-             "\"one layer\": the four GEMMs of a layer summed.", "",
+             f"{meta['rounds']} rounds round-robin, {meta['calls']} calls each. "
+             + DESCRIPTION[meta["weights"]]
+             + "The lower of the rounds' medians (fastest of each precision in bold; int8 quantises its input "
+             "per call, as bertkit's Int8Linear and ONNX Runtime's dynamic int8 do).", "",
              "| model | K -> N | rows | " + " | ".join(kernels) + " |",
              "|---|---|---:|" + "---:|" * len(kernels)]
     groups = {}
@@ -229,6 +260,10 @@ def render(rows: list[dict], meta: dict) -> str:
     for size in SHAPES:
         for m in ROWS:
             shapes = groups.get((size, m), {})
+            if meta["weights"] == "model":
+                for (_, layers), by_kernel in shapes.items():
+                    lines.append(f"| {size} | all {layers} layers' GEMMs | {m} | " + " | ".join(cells(by_kernel)) + " |")
+                continue
             for (k, n), by_kernel in shapes.items():
                 lines.append(f"| {size} | {k} -> {n} | {m} | " + " | ".join(cells(by_kernel)) + " |")
             total = {name: sum(s[name] for s in shapes.values()) for name in kernels
@@ -243,8 +278,9 @@ def render(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--weights", choices=("cold", "warm"), default="cold",
-                        help="cold: cycle through >= 64 MiB of weight copies (default); warm: one weight in cache")
+    parser.add_argument("--weights", choices=tuple(DESCRIPTION), default="cold",
+                        help="cold: cycle through >= 64 MiB of weight copies (default); warm: one weight in cache; "
+                        "model: every layer's GEMMs in order, each with its own weights, as a forward pass runs them")
     parser.add_argument("--calls", type=int, default=40, help="timed calls per kernel, shape and row count (default 40)")
     parser.add_argument("--rounds", type=int, default=2, help="round-robin passes over the kernels (default 2)")
     parser.add_argument("--threads", type=int, default=2)
@@ -278,7 +314,7 @@ def main() -> None:
             "machine": f"{info['cpu']}, {info['logical_cpus']} CPUs ({', '.join(info.get('isa', []))})", "info": info}
     out = Path(args.output) if args.output else HERE / "results" / info["cpu_class"]
     out.mkdir(parents=True, exist_ok=True)
-    stem = "small_gemm" if args.weights == "cold" else "small_gemm_warm"
+    stem = "small_gemm" if args.weights == "cold" else f"small_gemm_{args.weights}"
     (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     text = render(rows, meta)
     (out / f"{stem}.md").write_text(text)
