@@ -233,7 +233,7 @@ def run_children(kernels: list[str], args) -> list[dict]:
 def render(rows: list[dict], meta: dict) -> str:
     kernels = [k for k in KERNELS if any(r["kernel"] == k for r in rows)]
     lines = [f"# The encoder's GEMMs at one request's row counts ({meta['cpu_class']}, {meta['weights']} weights)", "",
-             f"`python benchmarks/small_gemm.py --weights {meta['weights']}` on {meta['date']} "
+             f"`python benchmarks/small_gemm.py {meta.get('command', '--weights ' + meta['weights'])}` on {meta['date']} "
              f"({meta['minutes']:.1f} min). Machine: {meta['machine']}; {meta['threads']} threads, torch "
              f"{meta['torch']}, onnxruntime {meta['onnxruntime']}. Each kernel alone in its own process, "
              f"{meta['rounds']} rounds round-robin, {meta['calls']} calls each. "
@@ -309,6 +309,7 @@ def main() -> None:
     except ImportError:
         ort_version = "not installed"
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "minutes": (time.time() - started) / 60,
+            "command": " ".join(sys.argv[1:]),
             "calls": args.calls, "rounds": args.rounds, "weights": args.weights, "threads": args.threads,
             "torch": torch.__version__, "onnxruntime": ort_version, "cpu_class": info["cpu_class"],
             "machine": f"{info['cpu']}, {info['logical_cpus']} CPUs ({', '.join(info.get('isa', []))})", "info": info}
