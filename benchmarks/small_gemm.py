@@ -38,6 +38,7 @@ import argparse
 import datetime
 import json
 import math
+import shlex
 import statistics
 import subprocess
 import sys
@@ -309,7 +310,7 @@ def main() -> None:
     except ImportError:
         ort_version = "not installed"
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "minutes": (time.time() - started) / 60,
-            "command": " ".join(sys.argv[1:]),
+            "command": shlex.join(sys.argv[1:]),
             "calls": args.calls, "rounds": args.rounds, "weights": args.weights, "threads": args.threads,
             "torch": torch.__version__, "onnxruntime": ort_version, "cpu_class": info["cpu_class"],
             "machine": f"{info['cpu']}, {info['logical_cpus']} CPUs ({', '.join(info.get('isa', []))})", "info": info}
