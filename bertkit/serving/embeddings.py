@@ -5,12 +5,11 @@ OpenAI's base64 encoding, and the JSON writing of the vectors."""
 from __future__ import annotations
 
 import base64
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+import orjson
 import torch
 
 from ..errors import BertkitError
@@ -101,38 +100,31 @@ def base64_floats(vector: torch.Tensor) -> str:
 
 
 def json_with_vectors(content) -> bytes:
-    """`content` (dicts, lists, JSON values and float32 tensors) as UTF-8 JSON, each tensor as an array
-    (of arrays, row by row) of numbers with 9 significant digits: enough to give back every float32
-    exactly (FLT_DECIMAL_DIG); an integral value is written without a fraction (0, 1), a number to JSON
-    as any other. One %-format call writes a vector in a third of json.dumps's time (its repr writes
-    the 17 digits of the float64 a float32 widens to), into a body that parses faster. NaN and
-    infinity are refused with ValueError, as by json.dumps(allow_nan=False)."""
-    return _json_text(content).encode("utf-8")
+    """`content` (dicts, lists, JSON values and tensors) as UTF-8 JSON, each tensor as an array (of
+    arrays, row by row) of numbers. orjson writes a float32 vector straight from its buffer, each
+    number in the fewest digits that give back that float32 exactly (as TEI's serde_json writes an
+    f32): a 384-float vector in ~16 us, where Python's %-formatting took ~140 (a tenth of a lone
+    request's time outside the model). A tensor holding NaN or infinity, which JSON cannot carry, is
+    refused with ValueError."""
+    try:
+        return orjson.dumps(content, default=_tensor_array, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError as e:
+        if isinstance(e.__cause__, ValueError):  # ours, from _tensor_array: raised as it was
+            raise e.__cause__ from None
+        raise
 
 
-_json_value = functools.partial(json.dumps, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _json_text(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return _float_array(value.tolist())
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_json_value(str(key))}:{_json_text(item)}" for key, item in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(map(_json_text, value)) + "]"
-    return _json_value(value)
-
-
-def _float_array(values: list) -> str:
-    """A tensor's tolist() (floats, or lists of them) as JSON."""
-    if values and isinstance(values[0], list):
-        return "[" + ",".join(map(_float_array, values)) + "]"
-    text = _vector_format(len(values)) % tuple(values)
-    if "n" in text:  # "nan" or "inf": %-formatting of a finite number writes no letter n
-        raise ValueError("a vector holds NaN or infinity, which JSON cannot carry")
-    return text
-
-
-@functools.lru_cache(maxsize=16)
-def _vector_format(size: int) -> str:
-    return "[" + ",".join(["%.9g"] * size) + "]"
+def _tensor_array(value):
+    """orjson's hook for what it cannot write itself: a tensor, as a C-ordered numpy array of its
+    numbers (float32, or float64 as it is; bf16 and fp16 widened to float32)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    tensor = value.detach().cpu()
+    if tensor.is_floating_point():
+        if tensor.dtype not in (torch.float32, torch.float64):
+            tensor = tensor.float()
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError("a vector holds NaN or infinity, which JSON cannot carry")
+    if tensor.dim() == 0:
+        return tensor.item()
+    return tensor.contiguous().numpy()

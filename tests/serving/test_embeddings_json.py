@@ -1,5 +1,5 @@
 """The embedding routes' JSON writer (serving/embeddings.py): every float32 comes back exactly, the
-rest of the answer is what json.dumps writes, and NaN or infinity is refused as json.dumps refuses it."""
+rest of the answer is what json.dumps writes, and a tensor holding NaN or infinity is refused."""
 
 import json
 
@@ -36,3 +36,19 @@ def test_the_rest_of_the_answer_is_json_dumps_own():
 def test_nan_and_infinity_are_refused(bad):
     with pytest.raises(ValueError, match="NaN or infinity"):
         json_with_vectors([torch.tensor([0.5, bad])])
+
+
+def test_tensors_of_any_layout_and_float_type_are_written_as_their_numbers():
+    """A transposed (not C-ordered) tensor row by row; bf16 and fp16 as the float32 they widen to;
+    float64 at its own precision; integer tensors as integers."""
+    def back(tensor):
+        return np.array(json.loads(json_with_vectors(tensor)), dtype=np.float32)
+
+    matrix = torch.arange(6, dtype=torch.float32).reshape(2, 3) / 7
+    np.testing.assert_array_equal(back(matrix.t()), matrix.t().numpy())
+    half = torch.tensor([0.1, -2.5, 1e-3], dtype=torch.bfloat16)
+    np.testing.assert_array_equal(back(half), half.float().numpy())
+    np.testing.assert_array_equal(back(half.half()), half.half().float().numpy())
+    assert json.loads(json_with_vectors(torch.tensor([0.1], dtype=torch.float64))) == [0.1]
+    assert json.loads(json_with_vectors({"ids": torch.tensor([3, 1]), "score": torch.tensor(0.5)})) == \
+        {"ids": [3, 1], "score": 0.5}
