@@ -56,6 +56,12 @@ def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dty
     """x -> x @ W.T + b from a oneDNN pack, as kernels/packed.py's packed_linear computes it (`gelu`:
     "post-op", the exact GELU fused into the GEMM, or "after", F.gelu on its output)."""
     linear = torch.ops.mkldnn._linear_pointwise
+    if dtype == torch.float32:  # the fp32 loop's inputs are fp32 throughout: no cast to dispatch per GEMM
+        if gelu == "post-op":
+            return lambda x: linear(x, pack, bias, "gelu", [], "none")
+        if gelu == "after":
+            return lambda x: F.gelu(linear(x, pack, bias, "none", [], ""))
+        return lambda x: linear(x, pack, bias, "none", [], "")
     if gelu == "post-op":
         return lambda x: linear(x.to(dtype), pack, bias, "gelu", [], "none")
     if gelu == "after":
@@ -77,11 +83,13 @@ def _fp32_step(layer: BertLayer, dtype: torch.dtype) -> tuple:
 
 
 def _int8_step(layer: BertLayer) -> tuple:
-    """The Int8 modules' own forwards, called directly (the same computation, without the module calls)."""
-    qkv, up, down = layer.attention.self.query, layer.intermediate.dense.forward, layer.output.dense.forward
-    projection, sizes = qkv.projection.forward, qkv.sizes
+    """The Int8 modules' own GEMMs (`Int8Linear.gemm`), called directly: the flat loop's inputs are
+    fp32, outside autograd and contiguous (a layer's input is a LayerNorm's output; the attention's
+    is made contiguous here if a layout ever hands back a strided view)."""
+    qkv, up, down = layer.attention.self.query, layer.intermediate.dense.gemm, layer.output.dense.gemm
+    projection, sizes, output = qkv.projection.gemm, qkv.sizes, layer.attention.output.dense.gemm
     # The GELU's output feeds the last projection only: its outlier split need not restore it.
-    return (lambda x: projection(x).split(sizes, -1), layer.attention.output.dense.forward,
+    return (lambda x: projection(x).split(sizes, -1), lambda x: output(x if x.is_contiguous() else x.contiguous()),
             lambda x: torch.ops.aten.gelu_(up(x)), lambda x: down(x, overwrite_input=True))
 
 

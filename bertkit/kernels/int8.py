@@ -95,9 +95,15 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor, overwrite_input: bool = False) -> torch.Tensor:  # (..., in) -> (..., out)
         """`overwrite_input`: the caller never reads x again (the inference flat loop's GELU output), so
         the outlier channels zeroed in it for the int8 GEMM need not be put back."""
-        x = x.detach().float().contiguous()
+        return self.gemm(x.detach().float().contiguous(), overwrite_input)
+
+    def gemm(self, x: torch.Tensor, overwrite_input: bool = False) -> torch.Tensor:
+        """forward, for an input already fp32, contiguous and outside autograd (the inference flat
+        loop's, inference/frozen.py): three dispatched no-op calls fewer per GEMM."""
+        if self.outlier_threshold is None:
+            return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
         flat = x.view(-1, self.in_features)  # (N, in)
-        split = None if self.outlier_threshold is None or flat.shape[0] == 0 else self._outlier_split(flat)
+        split = None if flat.shape[0] == 0 else self._outlier_split(flat)
         if split is None:
             return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
         outliers, columns = split
