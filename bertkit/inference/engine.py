@@ -121,9 +121,13 @@ class InferenceEngine:
 
     def __init__(self, model_dir: str | Path | None, device: str = "auto", precision: str = DEFAULT_PRECISION,
                  max_batch_tokens: int = 16384, max_batch_size: int = 256, quantize: str = "none",
-                 model=None, tokenizer=None, revision: str | None = None):
+                 model=None, tokenizer=None, revision: str | None = None, compile: bool = False):
         """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32
         activations; "none" keeps the checkpoint's weights as they are.
+
+        `compile`: a lone input runs through a graph compiled ahead for this model and CPU
+        (inference/compiled.py; fp32 on the CPU; compiled once, by `warm_up` or the first lone
+        input, then loaded from the compile cache); batches keep the eager model.
 
         `model`: an already built bertkit model object instead of a folder (it is moved to the
         device and put in eval mode, as transformers' pipeline does, and from then on unpads every
@@ -176,6 +180,15 @@ class InferenceEngine:
         self.task = TASKS[type(self.model).__name__]
         if self.pooling is not None:
             self.task = "sentence-embeddings"
+        self.compile = compile
+        self._compiled = None
+        if compile:
+            if self.device.type != "cpu" or self.precision != "fp32" or quantize != "none":
+                raise BertkitError("compile runs fp32 on the CPU: drop --device, --precision bf16 or --quantize int8")
+            if self.task == "multiple-choice":
+                raise BertkitError("compile takes one sequence per input; a multiple-choice model runs without it")
+            if not own_model:  # a caller's model may change after the graph is compiled from its weights
+                raise BertkitError("compile needs a model folder or Hub id, not a model object")
 
     @property
     def output_keys(self) -> tuple[str, ...]:
@@ -227,10 +240,31 @@ class InferenceEngine:
                 results[index] = output
         return results
 
+    def _compiled_runner(self):
+        if self._compiled is None:
+            from .compiled import CompiledLoneInput
+            from .export import output_names_for
+
+            # Every length the model's positions allow: a lone input's bucket may round past max_length.
+            self._compiled = CompiledLoneInput(self.model, output_names_for(self.model),
+                                               self.config.max_position_embeddings)
+        return self._compiled
+
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        if self.compile and len(rows) == 1 and not isinstance(rows[0]["input_ids"][0], list):
+            runner = self._compiled_runner()
+            batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the lone-input bucket: few oneDNN shapes
+            if runner.accepts(batch["input_ids"].shape[1]) and \
+                    all(key in runner.output_names or OUTPUT_ALIASES.get(key) in runner.output_names for key in keys):
+                out = dict(zip(runner.output_names, runner(batch["input_ids"], batch["attention_mask"],
+                                                           batch["token_type_ids"])))
+                return self._outputs(rows, keys, batch, out)
         batch = {k: v.to(self.device) for k, v in pad_rows(rows, self.tokenizer.pad_token_id).items()}
         with autocast(self.device, self.precision):
             out = self.model(**batch)
+        return self._outputs(rows, keys, batch, out)
+
+    def _outputs(self, rows: Sequence[dict], keys: Sequence[str], batch: dict, out) -> list[dict[str, torch.Tensor]]:
         token_level = batch["input_ids"].dim() == 2
         outputs = []
         for position, row in enumerate(rows):
@@ -252,6 +286,8 @@ class InferenceEngine:
         OpenMP and oneDNN keep some state per calling thread: a server warms up on the thread that
         will run its batches."""
         self.encode(["warm up"])
+        if self.compile:  # compiled (or loaded from the cache) now, before any request
+            self._compiled_runner()
         limit = self.max_length
         ids = [self.tokenizer.cls_token_id, self.tokenizer.sep_token_id]
         filler = self.tokenizer.unk_token_id

@@ -607,7 +607,7 @@ TASK_MODELS = {"text-classification": ("text-classification",), "token-classific
                "sentence-similarity": ("feature-extraction", "sentence-embeddings")}
 # What pipeline() itself takes besides the task's call options.
 ENGINE_ARGUMENTS = ("model", "revision", "tokenizer", "device", "batch_size", "dtype", "torch_dtype",
-                    "precision", "max_batch_tokens", "quantize")
+                    "precision", "max_batch_tokens", "quantize", "compile")
 
 
 def device_name(device) -> str:
@@ -626,13 +626,15 @@ def device_name(device) -> str:
 def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int | None = None,
              dtype: torch.dtype | str | None = None, torch_dtype: torch.dtype | str | None = None,
              precision: str = DEFAULT_PRECISION, max_batch_tokens: int = 16384, quantize: str = "none",
-             revision: str | None = None, **defaults) -> Pipeline:
+             revision: str | None = None, compile: bool = False, **defaults) -> Pipeline:
     """A ready pipeline for `task` on `model`: a folder in the Hugging Face layout or a Hub id (at
     `revision`), a bertkit model object, or a ready InferenceEngine.
 
     `dtype` (alias `torch_dtype`): the weights' dtype (e.g. torch.bfloat16), as transformers;
     precision "fp32" (default, as predict and serve: transformers' numbers) or "bf16" / "auto" (bf16
-    autocast; "auto" only where the CPU or GPU has native bf16); quantize "int8" runs the encoder's Linear layers in dynamic int8. Extra
+    autocast; "auto" only where the CPU or GPU has native bf16); quantize "int8" runs the encoder's Linear layers in dynamic int8;
+    `compile` runs lone inputs through a graph compiled ahead for this model and CPU (fp32 on the
+    CPU, inference/compiled.py). Extra
     keyword arguments become the calls' defaults (e.g. top_k=None); unknown ones are refused.
     """
     task = ALIASES.get(task, task)
@@ -648,16 +650,20 @@ def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int
     dtype = parse_dtype(dtype if dtype is not None else torch_dtype)
     if quantize == "int8" and dtype not in (None, torch.float32):
         raise BertkitError("int8 quantisation runs with fp32 activations: drop dtype= or quantize=")
+    if compile and dtype not in (None, torch.float32):
+        raise BertkitError("compile runs fp32: drop dtype= or compile=")
     if isinstance(model, InferenceEngine):
         if tokenizer is not None or device is not None:
             raise BertkitError("a ready InferenceEngine has its tokenizer and device: pass neither")
+        if compile:
+            raise BertkitError("a ready InferenceEngine was made with or without compile: give it InferenceEngine(..., compile=True)")
         engine = model
     elif isinstance(model, (str, Path)):
         engine = InferenceEngine(model, device_name(device), precision, max_batch_tokens, quantize=quantize,
-                                 tokenizer=tokenizer, revision=revision)
+                                 tokenizer=tokenizer, revision=revision, compile=compile)
     else:
         engine = InferenceEngine(None, device_name(device), precision, max_batch_tokens, quantize=quantize,
-                                 model=model, tokenizer=tokenizer)
+                                 model=model, tokenizer=tokenizer, compile=compile)
     if dtype is not None:
         engine.model.to(dtype)
     if batch_size is not None:

@@ -66,10 +66,12 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurrent_requests: int = 512,
-          max_client_batch_size: int = 32, max_batch_tokens: int = 16384, device: str = "auto",
-          precision: str = DEFAULT_PRECISION, model_id: str | None = None, quantize: str = "none",
-          max_body_bytes: int = MAX_BODY_BYTES, log_format: str = "text") -> int:
-    """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown."""
+          max_client_batch_size: int = 32, max_batch_tokens: int = 16384, model_id: str | None = None,
+          max_body_bytes: int = MAX_BODY_BYTES, log_format: str = "text", compute: dict | None = None) -> int:
+    """Load the model and serve until SIGTERM / Ctrl-C; returns 0 after a graceful shutdown.
+    `compute`: how the engine computes, InferenceEngine's device, precision, quantize and compile
+    (default: "auto", fp32, none, False)."""
+    compute = {"device": "auto", "precision": DEFAULT_PRECISION, "quantize": "none", "compile": False, **(compute or {})}
     import uvicorn  # the server only: importing bertkit.serving.command for its Server class (tests, apps) needs none
 
     if log_format not in LOG_FORMATS:
@@ -84,7 +86,7 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
     torch.set_num_threads(1)
     try:
         try:
-            engine = InferenceEngine(model_dir, device, precision, max_batch_tokens, quantize=quantize)
+            engine = InferenceEngine(model_dir, max_batch_tokens=max_batch_tokens, **compute)
             warm_up_started = time.perf_counter()
             # The kernels of the common shapes made now, not during the first requests.
             server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id,
@@ -128,6 +130,9 @@ def add_arguments(parser) -> None:
     add_precision_argument(parser)
     parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                         help="int8: the encoder's Linear layers in dynamic int8 (CPU)")
+    parser.add_argument("--compile", action="store_true",
+                        help="a lone request through a graph compiled ahead for this model and CPU (fp32, CPU; "
+                             "compiled once before listening, tens of seconds, then cached: docs/speed.md)")
     parser.add_argument("--model-id", default=None, help="name reported by GET /info (default: the folder)")
     parser.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                         help="access log on stderr, one line per request: text (logfmt key=value) or json (JSON lines)")
@@ -138,5 +143,5 @@ def run_from_args(args) -> int:
         raise BertkitError("--max-concurrent-requests, --max-client-batch-size, --max-batch-tokens and "
                            "--max-body-bytes must be positive")
     return serve(args.model, args.host, args.port, args.max_concurrent_requests, args.max_client_batch_size,
-                 args.max_batch_tokens, args.device, args.precision, args.model_id, args.quantize,
-                 args.max_body_bytes, args.log_format)
+                 args.max_batch_tokens, args.model_id, args.max_body_bytes, args.log_format,
+                 {"device": args.device, "precision": args.precision, "quantize": args.quantize, "compile": args.compile})

@@ -1,0 +1,140 @@
+"""A lone input through a graph compiled ahead for this model on this CPU (issue 39, opt-in:
+`InferenceEngine(..., compile=True)`, `bertkit serve --compile`, `bertkit predict --compile`).
+
+One request to a small encoder spends a good part of its time between kernels: a dozen dispatched
+ops per layer, each a few microseconds of Python and framework, and elementwise work (the
+residual adds, LayerNorms, the embeddings' sums) as separate passes. The eager engine cannot shed
+that; a compiled graph does. torch.export records the model (its plain path: F.linear, SDPA with
+the padding mask, `kernels.exporting()`) for one input whose length is dynamic (2 to the model's
+limit: one graph serves every length), and AOTInductor compiles it with
+freezing (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared
+library, packaged as a `.pt2` file. The engine pads a lone input to its lone-input bucket (a
+multiple of 8, as the eager path), so the GEMMs meet a bounded set of row counts, whose oneDNN
+kernels `warm_up` makes (a new row count costs a few ms the first time). Measured on a 2-vCPU Xeon (AVX-512, AMX), all-MiniLM-L6-v2 fp32,
+one input of 8-64 tokens alternated against the eager engine: 1.14-1.31x (docs/speed.md).
+
+Compiling takes tens of seconds (MiniLM ~40 s on 2 cores) and a C++ compiler, so it is done once
+per model, CPU and thread count and kept in a cache folder (`BERTKIT_COMPILE_CACHE`, default
+`$XDG_CACHE_HOME/bertkit/compiled`); later processes load the package in a fraction of a second.
+The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, torch's
+version, the CPU's instruction sets and the thread count (the generated kernels are built for
+those). fp32 on the CPU only: the numbers are the eager model's within float rounding (tested
+within 1e-4); batches of several inputs keep the eager engine, whose unpadded batches lead in bulk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..device import cpu_features
+from ..errors import BertkitError
+from ..version import __version__
+from .export import _Exported
+
+log = logging.getLogger("bertkit")
+
+CACHE_ENV = "BERTKIT_COMPILE_CACHE"
+MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "bertkit" / "compiled"
+
+
+def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int) -> str:
+    """What the compiled package depends on, hashed: change any of it and a new one is made."""
+    features = cpu_features()
+    facts = {"bertkit": __version__, "torch": torch.__version__, "machine": platform.machine(),
+             "cpu": [features.cpu_class, features.avx512, features.bf16, features.amx, features.vnni, features.vendor],
+             "threads": torch.get_num_threads(), "model": type(model).__name__,
+             "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
+             "outputs": list(output_names), "max_length": max_length}
+    digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:32]
+
+
+class CompiledLoneInput:
+    """`(input_ids, attention_mask, token_type_ids)` of one input, each (1, T) -> the head's outputs
+    (a tuple, in `output_names` order), from the cached package, compiled first if there is none."""
+
+    def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int):
+        _check_can_compile(model)
+        if max_length < MIN_LENGTH + 1:
+            raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
+        self.output_names, self.max_length = tuple(output_names), max_length
+        folder = cache_dir()
+        self.path = folder / f"{type(model).__name__}-{cache_key(model, self.output_names, max_length)}.pt2"
+        self.compiled_now = False
+        if not self.path.is_file():
+            self._compile(model, folder)
+            self.compiled_now = True
+        try:
+            import torch._inductor.config as inductor_config
+
+            # Loading checks the package against this CPU's vector ISA, which inductor finds by
+            # building and loading a probe library per ISA in a subprocess each (~1.6 s of a 2 s
+            # load on 2 cores); the cache key holds this CPU's instruction sets already, so the CPU's
+            # own flags are enough here. (Compiling, above, probes as usual.)
+            with inductor_config.patch({"cpp.vec_isa_ok": True}):
+                self._run = torch._inductor.aoti_load_package(str(self.path))
+        except Exception as e:  # a damaged or foreign file: say which, the user can delete it
+            raise BertkitError(f"cannot load the compiled model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                               "delete the file to compile it again", path=str(self.path)) from None
+
+    def _compile(self, model: torch.nn.Module, folder: Path) -> None:
+        import torch._inductor.config as inductor_config
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BertkitError(f"cannot make the compile cache folder ({e.strerror}); set {CACHE_ENV}",
+                               path=str(folder)) from None
+        log.warning(f"compiling {type(model).__name__} for this CPU and {torch.get_num_threads()} threads "
+                    f"(once; tens of seconds) into {self.path}")
+        started = time.perf_counter()
+        length = torch.export.Dim("length", min=MIN_LENGTH, max=self.max_length)
+        example = torch.full((1, min(16, self.max_length)), 100, dtype=torch.long)
+        inputs = (example, torch.ones_like(example), torch.zeros_like(example))
+        wrapped = _Exported(model, self.output_names).eval()
+        try:
+            with torch.no_grad(), inductor_config.patch(freezing=True):
+                program = torch.export.export(wrapped, inputs, dynamic_shapes=({1: length},) * 3)
+                with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
+                    package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(work) / "model.pt2"))
+                    os.replace(package, self.path)  # whole or not at all: a killed compile leaves no package
+        except BertkitError:
+            raise
+        except Exception as e:  # no C++ compiler, an op inductor cannot lower, a full disk
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise BertkitError(f"compiling the model failed ({type(e).__name__}: {first}); run without --compile") from None
+        log.warning(f"compiled in {time.perf_counter() - started:.0f} s")
+
+    def accepts(self, length: int) -> bool:
+        return MIN_LENGTH <= length <= self.max_length
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(self._run(input_ids, attention_mask, token_type_ids))
+
+
+def _check_can_compile(model: torch.nn.Module) -> None:
+    if not hasattr(torch._inductor, "aoti_load_package") or not hasattr(torch._inductor, "aoti_compile_and_package"):
+        raise BertkitError(f"compile needs AOTInductor's packages (torch 2.6 or later), torch is {torch.__version__}")
+    parameter = next(model.parameters(), None)
+    if parameter is not None and (parameter.device.type != "cpu" or parameter.dtype != torch.float32):
+        raise BertkitError("compile runs fp32 on the CPU: drop --device, --precision bf16 or --quantize int8")

@@ -1,0 +1,138 @@
+"""`InferenceEngine(compile=True)` (inference/compiled.py): a lone input through the graph AOTInductor
+compiled ahead gives the eager engine's numbers; the package is made once and then loaded from the
+cache, a new one when the weights change; what compile cannot run is refused in one line."""
+
+import pytest
+import torch
+
+from bertkit import BertForSequenceClassification, BertModel
+from bertkit.errors import BertkitError
+from bertkit import pipeline
+from bertkit.inference import InferenceEngine
+from bertkit.inference import compiled as compiled_module
+
+TEXTS = ["hi", "a short query", "a somewhat longer sentence about searching " * 4, "word " * 90]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "compile-cache"
+    monkeypatch.setenv(compiled_module.CACHE_ENV, str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def compiled_pair(tmp_path_factory, tiny_model):
+    """A tiny encoder and a tiny classifier, each as an eager and a compiled engine (one compile each:
+    tens of seconds on 2 cores), sharing one cache folder."""
+    root = tmp_path_factory.mktemp("compiled")
+    folder = root / "cache"
+    patch = pytest.MonkeyPatch()
+    patch.setenv(compiled_module.CACHE_ENV, str(folder))
+    engines = {}
+    for cls in (BertModel, BertForSequenceClassification):
+        model_dir = tiny_model(cls, root / cls.__name__, num_labels=3) if cls is not BertModel \
+            else tiny_model(cls, root / cls.__name__)
+        engine = InferenceEngine(model_dir, compile=True)
+        engine.warm_up()
+        engines[cls.__name__] = (InferenceEngine(model_dir), engine, model_dir)
+    yield engines, folder
+    patch.undo()
+
+
+def test_a_lone_input_through_the_compiled_graph_gives_the_eager_engines_numbers(compiled_pair, one_thread):
+    engines, folder = compiled_pair
+    eager, fast, _ = engines["BertModel"]
+    assert fast._compiled is not None and fast._compiled.path.parent == folder
+    for text in TEXTS:
+        rows = fast.encode([text])
+        assert fast._compiled.accepts(len(rows[0]["input_ids"]))  # every length up to the model's limit
+        got, want = fast.forward(rows)[0]["last_hidden_state"], eager.forward(rows)[0]["last_hidden_state"]
+        assert got.shape == want.shape == (len(rows[0]["input_ids"]), 32)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    eager_c, fast_c, _ = engines["BertForSequenceClassification"]
+    for text in TEXTS:
+        torch.testing.assert_close(fast_c.logits([text])[0], eager_c.logits([text])[0], atol=1e-4, rtol=1e-4)
+    # batches of several keep the eager model: the same numbers bitwise
+    for a, b in zip(fast_c.logits(TEXTS), eager_c.logits(TEXTS)):
+        assert torch.equal(a, b)
+
+
+def test_a_lone_input_really_runs_the_compiled_graph(compiled_pair, monkeypatch, one_thread):
+    engines, _ = compiled_pair
+    _, fast, _ = engines["BertModel"]
+    calls = []
+    real = fast._compiled._run
+    monkeypatch.setattr(fast._compiled, "_run", lambda *a: calls.append(a[0].shape) or real(*a))
+    fast.embeddings(["a short query"])
+    assert calls == [(1, 8)]  # [CLS] a short query [SEP], padded to the lone-input bucket (a multiple of 8)
+    fast.embeddings(["a short query", "another"])
+    assert len(calls) == 1  # a batch of two: the eager model
+
+
+def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pair, monkeypatch, one_thread):
+    engines, folder = compiled_pair
+    _, fast, model_dir = engines["BertModel"]
+    packages = sorted(folder.glob("*.pt2"))
+    assert len(packages) == 2 and fast._compiled.compiled_now
+    compiles = []
+    monkeypatch.setattr(compiled_module.CompiledLoneInput, "_compile", lambda self, *a: compiles.append(a))
+    again = InferenceEngine(model_dir, compile=True)
+    again.warm_up()
+    assert compiles == [] and not again._compiled.compiled_now and again._compiled.path == fast._compiled.path
+    rows = again.encode(["a short query"])
+    torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
+                               fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128) in fast._compiled.path.name
+    changed = InferenceEngine(model_dir, compile=True)
+    with torch.no_grad():
+        changed.model.embeddings.word_embeddings.weight[100] += 1.0
+    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128)
+    assert key not in fast._compiled.path.name
+    torch.set_num_threads(2)  # the kernels are built for a thread count: another count, another package
+    try:
+        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128) not in \
+            fast._compiled.path.name
+    finally:
+        torch.set_num_threads(1)
+
+
+def test_a_damaged_package_is_named_in_one_line(tiny_model_dir, cache, monkeypatch, one_thread):
+    engine = InferenceEngine(tiny_model_dir, compile=True)
+    key = compiled_module.cache_key(engine.model, ("last_hidden_state",), engine.config.max_position_embeddings)
+    cache.mkdir(parents=True)
+    damaged = cache / f"BertModel-{key}.pt2"
+    damaged.write_bytes(b"not a package")
+    with pytest.raises(BertkitError, match="cannot load the compiled model") as caught:
+        engine.warm_up()
+    assert str(damaged) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_failed_compile_is_one_line_and_leaves_no_package(tiny_model_dir, cache, monkeypatch, one_thread):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("C++ compile error\nlong log")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", no_compiler)
+    with pytest.raises(BertkitError, match=r"compiling the model failed \(RuntimeError: C\+\+ compile error\)") as caught:
+        InferenceEngine(tiny_model_dir, compile=True).warm_up()
+    assert "\n" not in str(caught.value)
+    assert list(cache.glob("*.pt2")) == [] and list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"precision": "bf16"}, "compile runs fp32 on the CPU"),
+    ({"quantize": "int8"}, "compile runs fp32 on the CPU"),
+])
+def test_what_compile_cannot_run_is_refused(tiny_model_dir, options, message):
+    with pytest.raises(BertkitError, match=message):
+        InferenceEngine(tiny_model_dir, compile=True, **options)
+
+
+def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
+    model = BertModel.from_pretrained(tiny_model_dir)
+    with pytest.raises(BertkitError, match="needs a model folder or Hub id"):
+        InferenceEngine(None, model=model, tokenizer=tiny_model_dir, compile=True)
+    with pytest.raises(BertkitError, match="give it InferenceEngine"):
+        pipeline("feature-extraction", model=InferenceEngine(tiny_model_dir), compile=True)
+    with pytest.raises(BertkitError, match="compile runs fp32"):
+        pipeline("feature-extraction", model=tiny_model_dir, dtype=torch.bfloat16, compile=True)
