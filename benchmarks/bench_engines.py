@@ -85,12 +85,16 @@ LEVER_PLAN = {"minilm": 8, "base": 2}  # rounds per size for --levers (~3 min on
 FP32_TOLERANCE = 1e-4
 ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp32",
            "bertkit_bf16", "openvino_bf16", "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
+# Named in --engines only: the compiled graph for lone inputs (inference/compiled.py) compiles for
+# tens of seconds per size first (or loads it from the compile cache).
+OPTIONAL_ENGINES = ("bertkit-compiled_fp32",)
 BF16_ENGINES = ("bertkit_bf16", "openvino_bf16")  # measured only where the CPU has native bf16
 PRECISIONS = ("fp32", "bf16", "int8")
 LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32 (BERT fusions)",
           "openvino_fp32": "OpenVINO fp32", "ctranslate2_fp32": "CTranslate2 fp32", "bertkit_bf16": "bertkit bf16",
           "openvino_bf16": "OpenVINO bf16", "bertkit_int8": "bertkit int8",
-          "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8"}
+          "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8",
+          "bertkit-compiled_fp32": "bertkit fp32 compiled (--compile)"}
 # The levers --levers alternates against the defaults: name -> KernelOptions changes.
 LEVERS = {"packed_weights=none": {"packed_weights": "none"}, "packed_weights=mkl": {"packed_weights": "mkl"},
           "packed_weights=onednn": {"packed_weights": "onednn"},
@@ -136,7 +140,7 @@ def parse_args(argv=None):
     if args.batch < 1 or args.settle < 0:
         parser.error("--batch must be at least 1 and --settle at least 0")
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    for name, values, known in (("size", args.sizes, PLAN), ("engine", args.engines, ENGINES)):
+    for name, values, known in (("size", args.sizes, PLAN), ("engine", args.engines, ENGINES + OPTIONAL_ENGINES)):
         unknown = [v for v in values if v not in known]
         if unknown:
             parser.error(f"unknown {name}(s) {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -298,8 +302,35 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
     return {f"ctranslate2_{p}": runner(p) for p in precisions}
 
 
+def compiled_runner(ours, fallback):
+    """bertkit with `--compile`, as its engine runs it: a lone input at its own length through the
+    graph compiled ahead (inference/compiled.py; compiled now, or loaded from the compile cache), a
+    batch of several through the eager runner (`fallback`)."""
+    from bertkit.inference.compiled import CompiledLoneInput
+    from bertkit.inference.engine import ROW_MULTIPLE
+    from bertkit.inference.frozen import freeze_encoders
+
+    model = copy.deepcopy(ours)
+    model.hold_kernels(model.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
+    freeze_encoders(model)
+    started = time.perf_counter()
+    graph = CompiledLoneInput(model, ("last_hidden_state",), model.config.max_position_embeddings)
+    print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
+
+    def run(batch: Batch):
+        if len(batch.lengths) != 1:
+            return fallback(batch)
+        n = batch.lengths[0]
+        with torch.no_grad():
+            out = graph(*(batch.tensors[k][:, :n] for k in ("input_ids", "attention_mask", "token_type_ids")))[0]
+        return torch.nn.functional.pad(out, (0, 0, 0, batch.real.shape[1] - n))
+    return run
+
+
 def build_engines(ours, wanted: list[str], folder: Path, threads: int, info: dict) -> dict:
     runners = bertkit_runners(ours)
+    if "bertkit-compiled_fp32" in wanted:
+        runners["bertkit-compiled_fp32"] = compiled_runner(ours, runners["bertkit_fp32"])
     if any(e.startswith(("onnxruntime", "openvino")) for e in wanted):
         runners.update(onnxruntime_runners(ours, folder, threads, info))
     openvino = [e.split("_")[1] for e in wanted if e.startswith("openvino")]
@@ -378,6 +409,13 @@ def size_rows(size: str, times: dict[str, list[float]], checks: dict, info: dict
             fastest = max(others, key=lambda n: others[n]["seq_per_s"])
             verdict[precision] = {"fastest_other": fastest, "bertkit_vs_fastest": engines[fastest]["bertkit_speedup"],
                                   "bertkit_vs_fastest_paired": engines[fastest]["bertkit_speedup_paired"]}
+            compiled = times.get(f"bertkit-compiled_{precision}")
+            if compiled is not None:  # the compiled graph against the same fastest other engine
+                theirs = times[fastest]
+                verdict[f"{precision} compiled"] = {
+                    "fastest_other": fastest,
+                    "bertkit_vs_fastest": statistics.median(theirs) / statistics.median(compiled),
+                    "bertkit_vs_fastest_paired": statistics.median(t / o for t, o in zip(theirs, compiled))}
     tokens = sum(sum(b.lengths) for b in batches) / len(batches)
     return {"size": size, "batch_size": batch_size, "lengths": list(lengths), "mean_real_tokens_per_batch": tokens,
             "rounds": len(next(iter(times.values()))), "engines": engines, "verdict": verdict, **info}
@@ -479,7 +517,8 @@ def markdown(results: dict) -> str:
              f"Variable-length batches of {batch} (lengths uniform {low}-{high}), the engines alternated batch by batch "
              "in one process" + (f" with {settle:g} s of rest before each call" if settle else "") +
              ", the same weights everywhere (benchmarks/bench_engines.py has the method).", ""]
-    names = [n for n in ENGINES if any(n in r["engines"] for r in results["rows"])]
+    order = ENGINES[:1] + OPTIONAL_ENGINES + ENGINES[1:]  # the compiled column beside bertkit fp32
+    names = [n for n in order if any(n in r["engines"] for r in results["rows"])]
     unit = "median ms per call (p90)" if latency else "sequences/s"
     lines += [f"| {unit} | " + " | ".join(LABELS[n] for n in names) + " |",
               "|---|" + "---:|" * len(names)]

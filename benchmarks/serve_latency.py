@@ -23,6 +23,7 @@ an earlier commit) joins the rotation: an A/B of two versions of the server in o
     python benchmarks/serve_latency.py                      # all-MiniLM-L6-v2, 200 calls each (~1 min)
     python benchmarks/serve_latency.py --requests 50 --output runs/serve-latency
     python benchmarks/serve_latency.py --baseline /tmp/bertkit-old --output runs/ab
+    python benchmarks/serve_latency.py --compile            # and `serve --compile`, the compiled engine
 
 Results: benchmarks/results/<cpu class>/serve_latency.{md,json} (or --output). The claims checked:
 serve p50 within 1 ms of the engine's, the first request within 1.5x the steady p50, start to first
@@ -85,7 +86,7 @@ class ServerProcess:
     """`python -m bertkit serve` from a source tree (default: the installed bertkit), its access log
     in a temporary file (never a pipe left to fill)."""
 
-    def __init__(self, model: str, precision: str, source: str | None = None):
+    def __init__(self, model: str, precision: str, source: str | None = None, compile: bool = False):
         self.port, self.log = free_port(), tempfile.TemporaryFile()
         env, where = os.environ.copy(), None
         if source is not None:  # `python -m` puts its working folder first on the path: run it there
@@ -95,7 +96,8 @@ class ServerProcess:
             where, model = source, str(Path(model).resolve())
         self.started = time.perf_counter()
         self.process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", model,
-                                         "--port", str(self.port), "--precision", precision],
+                                         "--port", str(self.port), "--precision", precision]
+                                        + (["--compile"] if compile else []),
                                         stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=where)
 
     def wait_healthy(self, seconds: float = 120) -> None:
@@ -154,13 +156,17 @@ def alternated(calls: dict, inputs: list[str], block: int) -> dict[str, list[flo
     return times
 
 
-def measure(model: str, inputs: list[str], precision: str, block: int, baseline: str | None) -> dict:
+def measure(model: str, inputs: list[str], precision: str, block: int, baseline: str | None,
+            compile: bool = False) -> dict:
     servers = {"serve": ServerProcess(model, precision)}
     try:
         cold = servers["serve"].first_answer(inputs[0])
         if baseline is not None:  # started after the first server's cold start, not beside it
             servers["baseline serve"] = ServerProcess(model, precision, baseline)
             servers["baseline serve"].wait_healthy()
+        if compile:  # `serve --compile` beside the default server (its start compiles, or loads the cache)
+            servers["compiled serve"] = ServerProcess(model, precision, compile=True)
+            cold["compiled_cold_start"] = servers["compiled serve"].first_answer(inputs[0])
         import torch
 
         import bertkit
@@ -178,6 +184,10 @@ def measure(model: str, inputs: list[str], precision: str, block: int, baseline:
 
         calls = {"engine": in_inference_mode(lambda text: engine.embeddings([text])),
                  "pipeline": in_inference_mode(lambda text: pipe(text))}
+        if compile:
+            compiled = InferenceEngine(model, precision=precision, compile=True)
+            compiled.warm_up()
+            calls["compiled engine"] = in_inference_mode(lambda text: compiled.embeddings([text]))
         for name, server in servers.items():
             client = Client(server.port)
             calls[f"{name} /embed"] = lambda text, c=client: c.post("/embed", {"inputs": text})
@@ -195,6 +205,8 @@ def measure(model: str, inputs: list[str], precision: str, block: int, baseline:
         lines = server.access_log("/embed")[1:]  # after the first (the cold start's)
         access[name] = {key: statistics.median(line[key] for line in lines) for key in lines[0]}
     cold["first_request_access_log"] = servers["serve"].access_log("/embed")[0]
+    if compile:
+        cold["compiled_cold_start"]["first_request_access_log"] = servers["compiled serve"].access_log("/embed")[0]
     return {**cold, "calls": {name: summary(ms) for name, ms in times.items()}, "access_log_embed": access}
 
 
@@ -208,9 +220,11 @@ def markdown(result: dict) -> str:
              "keep-alive connection, timed as the client sees them.", "",
              "| what | median ms | p90 ms | against the engine |", "|---|---:|---:|---|"]
     for name, row in calls.items():
-        against = (f"{row['median_ms'] / engine:.2f}x" if name in ("engine", "pipeline")
-                   else f"+{row['median_ms'] - engine:.2f} ms")
-        where = "in process" if name in ("engine", "pipeline") else "HTTP, client side"
+        # a compiled server's routes against the compiled engine
+        base = calls["compiled engine"]["median_ms"] if name.startswith("compiled serve") else engine
+        against = (f"{row['median_ms'] / engine:.2f}x" if name in ("engine", "pipeline", "compiled engine")
+                   else f"+{row['median_ms'] - base:.2f} ms")
+        where = "in process" if name in ("engine", "pipeline", "compiled engine") else "HTTP, client side"
         lines.append(f"| {name} ({where}) | {row['median_ms']:.2f} | {row['p90_ms']:.2f} | {against} |")
     lines += ["", "The server's access log, its /embed requests after the first, medians: " + "; ".join(
         f"{name}: queue {v['queue_ms']:.2f} ms, compute {v['compute_ms']:.2f} ms, whole request "
@@ -222,6 +236,13 @@ def markdown(result: dict) -> str:
               "the steady /embed median (goal at most 1.5x; the server warms its kernels up before listening); "
               f"in the access log: queue {first['queue_ms']:.2f} ms, compute {first['compute_ms']:.2f} ms, whole "
               f"request {first['duration_ms']:.2f} ms.", ""]
+    compiled = result.get("compiled_cold_start")
+    if compiled is not None:
+        lines += [f"`serve --compile` (the compiled server's routes above are against the compiled engine): process "
+                  f"start to the first answer {compiled['cold_start_s']:.2f} s (compiling, or loading the compile "
+                  f"cache), that first request {compiled['first_request_ms']:.1f} ms, "
+                  f"{compiled['first_request_ms'] / calls['compiled serve /embed']['median_ms']:.2f}x its steady "
+                  "/embed median.", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -233,6 +254,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--baseline", default=None, metavar="SRC",
                         help="a second server from this source tree (its bertkit/ package), alternated with the first")
+    parser.add_argument("--compile", action="store_true",
+                        help="also `serve --compile` and the compiled engine (inference/compiled.py), in the same rotation")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     model, label = args.model, args.model
@@ -249,7 +272,7 @@ def main(argv=None) -> int:
               "model": label, "requests": args.requests, "block": args.block, "precision": args.precision,
               "client": "http.client, one keep-alive connection per server",
               "load_average_at_start": machine["load_average_at_start"]}
-    result.update(measure(model, inputs, args.precision, args.block, args.baseline))
+    result.update(measure(model, inputs, args.precision, args.block, args.baseline, args.compile))
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.output) if args.output else HERE / "results" / machine["cpu_class"]
     out.mkdir(parents=True, exist_ok=True)
