@@ -303,11 +303,11 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
 
 
 def compiled_runner(ours, fallback):
-    """bertkit with `--compile`, as its engine runs it: a lone input at its own length through the
+    """bertkit with `--compile`, as its engine runs it: a lone input padded to its bucket through the
     graph compiled ahead (inference/compiled.py; compiled now, or loaded from the compile cache), a
     batch of several through the eager runner (`fallback`)."""
     from bertkit.inference.compiled import CompiledLoneInput
-    from bertkit.inference.engine import ROW_MULTIPLE
+    from bertkit.inference.engine import ROW_MULTIPLE, WARM_UP_LENGTHS
     from bertkit.inference.frozen import freeze_encoders
 
     model = copy.deepcopy(ours)
@@ -320,10 +320,14 @@ def compiled_runner(ours, fallback):
     def run(batch: Batch):
         if len(batch.lengths) != 1:
             return fallback(batch)
-        n = batch.lengths[0]
+        padded = engine_inputs(batch.tensors)  # the lone-input bucket, as the engine pads it
         with torch.no_grad():
-            out = graph(*(batch.tensors[k][:, :n] for k in ("input_ids", "attention_mask", "token_type_ids")))[0]
-        return torch.nn.functional.pad(out, (0, 0, 0, batch.real.shape[1] - n))
+            out = graph(*(padded[k] for k in ("input_ids", "attention_mask", "token_type_ids")))[0]
+        return out[:, :batch.real.shape[1]]
+
+    for n in (n for n in WARM_UP_LENGTHS if n <= model.config.max_position_embeddings):  # as warm_up
+        ids = torch.full((1, n), 100)
+        run(Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}))
     return run
 
 
