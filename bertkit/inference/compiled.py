@@ -1,5 +1,6 @@
 """A lone input through a graph compiled ahead for this model on this CPU (issue 39, opt-in:
-`InferenceEngine(..., compile=True)`, `bertkit serve --compile`, `bertkit predict --compile`).
+`InferenceEngine(..., compile=True)`, `bertkit serve --compile`, `pipeline(..., compile=True)`;
+not `predict`, whose files run in batches).
 
 One request to a small encoder spends a good part of its time between kernels: a dozen dispatched
 ops per layer, each a few microseconds of Python and framework, and elementwise work (the

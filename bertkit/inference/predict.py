@@ -285,7 +285,7 @@ def predict_file(task: str, model_dir: str | Path, input_path: str, output_path:
     folder's files included), nor exist unless `overwrite`, and its extension must name a format
     this task writes. The output appears only complete: an input that fails (or turns out empty)
     leaves an earlier output as it was. `options`: the command's flags (columns, max_batch_tokens,
-    compile, the task's own)."""
+    the task's own)."""
     spec = TASKS[task]
     in_format = _format_of(input_path, input_format, ("jsonl", "csv", "tsv", "text"), "text")
     out_format = check_output(output_path, inputs=[None if input_path == "-" else input_path,
@@ -298,8 +298,7 @@ def predict_file(task: str, model_dir: str | Path, input_path: str, output_path:
     renamed = {"text": options.text_column, "text_pair": options.text_pair_column}
     distinct_columns({"--text-column": options.text_column, "--text-pair-column": options.text_pair_column})
     fields = [renamed.get(f, f) for f in spec.fields]
-    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens, quantize=quantize,
-                             compile=options.compile)
+    engine = InferenceEngine(model_dir, device, precision, options.max_batch_tokens, quantize=quantize)
     if engine.task not in spec.model_tasks:
         raise BertkitError(f"predict {task} needs a model for {' or '.join(spec.model_tasks)}; this folder holds a "
                            f"{type(engine.model).__name__} ({engine.task})", path=str(model_dir))
@@ -414,9 +413,6 @@ def _command(task: str):
             parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                                 help="int8: the encoder's Linear layers in dynamic int8 (CPU; faster, "
                                      "slightly different scores: docs/speed.md)")
-            parser.add_argument("--compile", action="store_true",
-                                help="lone inputs through a graph compiled ahead for this model and CPU (fp32, "
-                                     "CPU; compiled once, tens of seconds, then cached: docs/speed.md)")
 
         @staticmethod
         def run_predict(args) -> int:
