@@ -9,22 +9,26 @@ that; a compiled graph does. torch.export records the model (its plain path: F.l
 the padding mask, `kernels.exporting()`) for one input whose length is dynamic (2 to the model's
 limit: one graph serves every length), and AOTInductor compiles it with
 freezing (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared
-library, packaged as a `.pt2` file. The engine pads a lone input to its lone-input bucket (a
+library, packaged as a `.pt2` file. At bf16 the model is recorded under bf16 autocast, so the graph
+holds the same casts as the eager bf16 path (weights folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads a lone input to its lone-input bucket (a
 multiple of 8, as the eager path), so the GEMMs meet a bounded set of row counts, whose oneDNN
-kernels `warm_up` makes (a new row count costs a few ms the first time). Measured on a 2-vCPU Xeon (AVX-512, AMX), all-MiniLM-L6-v2 fp32,
-one input of 8-64 tokens alternated against the eager engine: 1.14-1.31x (docs/speed.md).
+kernels `warm_up` makes (a new row count costs a few ms the first time). Measured on a 2-vCPU Xeon (AVX-512, AMX), all-MiniLM-L6-v2,
+one input of 8-64 tokens alternated against the eager engine: fp32 1.17-1.27x, bf16 1.49-1.66x
+(docs/speed.md).
 
 Compiling takes tens of seconds (MiniLM ~40 s on 2 cores) and a C++ compiler, so it is done once
 per model, CPU and thread count and kept in a cache folder (`BERTKIT_COMPILE_CACHE`, default
 `$XDG_CACHE_HOME/bertkit/compiled`); later processes load the package in a fraction of a second.
-The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, torch's
-version, the CPU's instruction sets and the thread count (the generated kernels are built for
-those). fp32 on the CPU only: the numbers are the eager model's within float rounding (tested
-within 1e-4); batches of several inputs keep the eager engine, whose unpadded batches lead in bulk.
+The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, the
+precision, torch's version, the CPU's instruction sets and the thread count (the generated kernels
+are built for those). fp32 or bf16 on the CPU: the numbers are the eager model's within float
+rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16; batches of several inputs keep
+the eager engine, whose unpadded batches lead in bulk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -44,6 +48,7 @@ from .export import _Exported
 log = logging.getLogger("bertkit")
 
 CACHE_ENV = "BERTKIT_COMPILE_CACHE"
+PRECISIONS = ("fp32", "bf16")
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
 
 
@@ -54,14 +59,14 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "bertkit" / "compiled"
 
 
-def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int) -> str:
+def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32") -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made."""
     features = cpu_features()
     facts = {"bertkit": __version__, "torch": torch.__version__, "machine": platform.machine(),
              "cpu": [features.cpu_class, features.avx512, features.bf16, features.amx, features.vnni, features.vendor],
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
-             "outputs": list(output_names), "max_length": max_length}
+             "outputs": list(output_names), "max_length": max_length, "precision": precision}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
@@ -71,15 +76,20 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
 
 class CompiledLoneInput:
     """`(input_ids, attention_mask, token_type_ids)` of one input, each (1, T) -> the head's outputs
-    (a tuple, in `output_names` order), from the cached package, compiled first if there is none."""
+    (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
+    `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
+    eager bf16 path gives them)."""
 
-    def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int):
-        _check_can_compile(model)
+    def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
+                 precision: str = "fp32"):
+        _check_can_compile(model, precision)
+        self.precision = precision
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
         self.output_names, self.max_length = tuple(output_names), max_length
         folder = cache_dir()
-        self.path = folder / f"{type(model).__name__}-{cache_key(model, self.output_names, max_length)}.pt2"
+        key = cache_key(model, self.output_names, max_length, precision)
+        self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         if not self.path.is_file():
             self._compile(model, folder)
@@ -105,7 +115,7 @@ class CompiledLoneInput:
         except OSError as e:
             raise BertkitError(f"cannot make the compile cache folder ({e.strerror}); set {CACHE_ENV}",
                                path=str(folder)) from None
-        log.warning(f"compiling {type(model).__name__} for this CPU and {torch.get_num_threads()} threads "
+        log.warning(f"compiling {type(model).__name__} ({self.precision}) for this CPU and {torch.get_num_threads()} threads "
                     f"(once; tens of seconds) into {self.path}")
         started = time.perf_counter()
         length = torch.export.Dim("length", min=MIN_LENGTH, max=self.max_length)
@@ -113,7 +123,8 @@ class CompiledLoneInput:
         inputs = (example, torch.ones_like(example), torch.zeros_like(example))
         wrapped = _Exported(model, self.output_names).eval()
         try:
-            with torch.no_grad(), inductor_config.patch(freezing=True):
+            recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" else contextlib.nullcontext()
+            with torch.no_grad(), inductor_config.patch(freezing=True), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=({1: length},) * 3)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
                     package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(work) / "model.pt2"))
@@ -133,9 +144,11 @@ class CompiledLoneInput:
         return tuple(self._run(input_ids, attention_mask, token_type_ids))
 
 
-def _check_can_compile(model: torch.nn.Module) -> None:
+def _check_can_compile(model: torch.nn.Module, precision: str) -> None:
     if not hasattr(torch._inductor, "aoti_load_package") or not hasattr(torch._inductor, "aoti_compile_and_package"):
         raise BertkitError(f"compile needs AOTInductor's packages (torch 2.6 or later), torch is {torch.__version__}")
     parameter = next(model.parameters(), None)
     if parameter is not None and (parameter.device.type != "cpu" or parameter.dtype != torch.float32):
-        raise BertkitError("compile runs fp32 on the CPU: drop --device, --precision bf16 or --quantize int8")
+        raise BertkitError("compile runs fp32 weights on the CPU: drop --device, --quantize int8 or the dtype")
+    if precision not in PRECISIONS:
+        raise BertkitError(f"compile runs at {' or '.join(PRECISIONS)}, not {precision}")

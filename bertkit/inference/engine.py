@@ -126,7 +126,7 @@ class InferenceEngine:
         activations; "none" keeps the checkpoint's weights as they are.
 
         `compile`: a lone input runs through a graph compiled ahead for this model and CPU
-        (inference/compiled.py; fp32 on the CPU; compiled once, by `warm_up` or the first lone
+        (inference/compiled.py; fp32 or bf16 on the CPU; compiled once, by `warm_up` or the first lone
         input, then loaded from the compile cache); batches keep the eager model.
 
         `model`: an already built bertkit model object instead of a folder (it is moved to the
@@ -183,8 +183,8 @@ class InferenceEngine:
         self.compile = compile
         self._compiled = None
         if compile:
-            if self.device.type != "cpu" or self.precision != "fp32" or quantize != "none":
-                raise BertkitError("compile runs fp32 on the CPU: drop --device, --precision bf16 or --quantize int8")
+            if self.device.type != "cpu" or self.precision not in ("fp32", "bf16") or quantize != "none":
+                raise BertkitError("compile runs fp32 or bf16 on the CPU, not int8: drop --device or --quantize int8")
             if self.task == "multiple-choice":
                 raise BertkitError("compile takes one sequence per input; a multiple-choice model runs without it")
             if not own_model:  # a caller's model may change after the graph is compiled from its weights
@@ -247,7 +247,7 @@ class InferenceEngine:
 
             # Every length the model's positions allow: a lone input's bucket may round past max_length.
             self._compiled = CompiledLoneInput(self.model, output_names_for(self.model),
-                                               self.config.max_position_embeddings)
+                                               self.config.max_position_embeddings, self.precision)
         return self._compiled
 
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:

@@ -651,7 +651,7 @@ def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int
     if quantize == "int8" and dtype not in (None, torch.float32):
         raise BertkitError("int8 quantisation runs with fp32 activations: drop dtype= or quantize=")
     if compile and dtype not in (None, torch.float32):
-        raise BertkitError("compile runs fp32: drop dtype= or compile=")
+        raise BertkitError("compile needs the fp32 weights: drop dtype= (precision=\"bf16\" computes in bf16)")
     if isinstance(model, InferenceEngine):
         if tokenizer is not None or device is not None:
             raise BertkitError("a ready InferenceEngine has its tokenizer and device: pass neither")

@@ -83,15 +83,15 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     rows = again.encode(["a short query"])
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128) in fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32") in fast._compiled.path.name
     changed = InferenceEngine(model_dir, compile=True)
     with torch.no_grad():
         changed.model.embeddings.word_embeddings.weight[100] += 1.0
-    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128)
+    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128, "fp32")
     assert key not in fast._compiled.path.name
     torch.set_num_threads(2)  # the kernels are built for a thread count: another count, another package
     try:
-        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128) not in \
+        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32") not in \
             fast._compiled.path.name
     finally:
         torch.set_num_threads(1)
@@ -101,7 +101,7 @@ def test_a_damaged_package_is_named_in_one_line(tiny_model_dir, cache, monkeypat
     engine = InferenceEngine(tiny_model_dir, compile=True)
     key = compiled_module.cache_key(engine.model, ("last_hidden_state",), engine.config.max_position_embeddings)
     cache.mkdir(parents=True)
-    damaged = cache / f"BertModel-{key}.pt2"
+    damaged = cache / f"BertModel-fp32-{key}.pt2"
     damaged.write_bytes(b"not a package")
     with pytest.raises(BertkitError, match="cannot load the compiled model") as caught:
         engine.warm_up()
@@ -119,13 +119,26 @@ def test_a_failed_compile_is_one_line_and_leaves_no_package(tiny_model_dir, cach
     assert list(cache.glob("*.pt2")) == [] and list(cache.iterdir()) == []
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"precision": "bf16"}, "compile runs fp32 on the CPU"),
-    ({"quantize": "int8"}, "compile runs fp32 on the CPU"),
-])
-def test_what_compile_cannot_run_is_refused(tiny_model_dir, options, message):
-    with pytest.raises(BertkitError, match=message):
-        InferenceEngine(tiny_model_dir, compile=True, **options)
+def test_what_compile_cannot_run_is_refused(tiny_model_dir):
+    with pytest.raises(BertkitError, match="compile runs fp32 or bf16 on the CPU, not int8"):
+        InferenceEngine(tiny_model_dir, compile=True, quantize="int8")
+
+
+def test_bf16_compiles_under_autocast_and_gives_the_eager_bf16_numbers(tiny_model_dir, cache, one_thread):
+    """precision bf16: the graph is recorded under bf16 autocast (its own package beside the fp32
+    one): as close to the eager bf16 engine as bf16's rounding allows, and as far from fp32 as it."""
+    fast = InferenceEngine(tiny_model_dir, precision="bf16", compile=True)
+    fast.warm_up()
+    assert "-bf16-" in fast._compiled.path.name
+    eager, full = InferenceEngine(tiny_model_dir, precision="bf16"), InferenceEngine(tiny_model_dir)
+    for text in TEXTS:
+        rows = fast.encode([text])
+        got, want, exact = (e.forward(rows)[0]["last_hidden_state"] for e in (fast, eager, full))
+        assert got.dtype == torch.float32 and got.shape == exact.shape
+        bf16_error = (want - exact).abs().max().item()
+        assert 0 < bf16_error < 0.1  # eager bf16 differs from fp32 in bf16's digits: the test can tell
+        assert (got - exact).abs().max().item() < 2 * bf16_error + 1e-2
+        assert not torch.equal(got, exact)  # computed in bf16, not fp32
 
 
 def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
@@ -134,5 +147,5 @@ def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
         InferenceEngine(None, model=model, tokenizer=tiny_model_dir, compile=True)
     with pytest.raises(BertkitError, match="give it InferenceEngine"):
         pipeline("feature-extraction", model=InferenceEngine(tiny_model_dir), compile=True)
-    with pytest.raises(BertkitError, match="compile runs fp32"):
+    with pytest.raises(BertkitError, match="compile needs the fp32 weights"):
         pipeline("feature-extraction", model=tiny_model_dir, dtype=torch.bfloat16, compile=True)
