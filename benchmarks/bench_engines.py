@@ -87,14 +87,15 @@ ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp3
            "bertkit_bf16", "openvino_bf16", "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
 # Named in --engines only: the compiled graph for lone inputs (inference/compiled.py) compiles for
 # tens of seconds per size first (or loads it from the compile cache).
-OPTIONAL_ENGINES = ("bertkit-compiled_fp32",)
-BF16_ENGINES = ("bertkit_bf16", "openvino_bf16")  # measured only where the CPU has native bf16
+OPTIONAL_ENGINES = ("bertkit-compiled_fp32", "bertkit-compiled_bf16")
+BF16_ENGINES = ("bertkit_bf16", "openvino_bf16", "bertkit-compiled_bf16")  # measured only where the CPU has native bf16
 PRECISIONS = ("fp32", "bf16", "int8")
 LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32 (BERT fusions)",
           "openvino_fp32": "OpenVINO fp32", "ctranslate2_fp32": "CTranslate2 fp32", "bertkit_bf16": "bertkit bf16",
           "openvino_bf16": "OpenVINO bf16", "bertkit_int8": "bertkit int8",
           "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8",
-          "bertkit-compiled_fp32": "bertkit fp32 compiled (--compile)"}
+          "bertkit-compiled_fp32": "bertkit fp32 compiled (--compile)",
+          "bertkit-compiled_bf16": "bertkit bf16 compiled (--compile)"}
 # The levers --levers alternates against the defaults: name -> KernelOptions changes.
 LEVERS = {"packed_weights=none": {"packed_weights": "none"}, "packed_weights=mkl": {"packed_weights": "mkl"},
           "packed_weights=onednn": {"packed_weights": "onednn"},
@@ -302,7 +303,7 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
     return {f"ctranslate2_{p}": runner(p) for p in precisions}
 
 
-def compiled_runner(ours, fallback):
+def compiled_runner(ours, fallback, precision: str = "fp32"):
     """bertkit with `--compile`, as its engine runs it: a lone input padded to its bucket through the
     graph compiled ahead (inference/compiled.py; compiled now, or loaded from the compile cache), a
     batch of several through the eager runner (`fallback`)."""
@@ -314,7 +315,7 @@ def compiled_runner(ours, fallback):
     model.hold_kernels(model.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
     freeze_encoders(model)
     started = time.perf_counter()
-    graph = CompiledLoneInput(model, ("last_hidden_state",), model.config.max_position_embeddings)
+    graph = CompiledLoneInput(model, ("last_hidden_state",), model.config.max_position_embeddings, precision)
     print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
 
     def run(batch: Batch):
@@ -323,7 +324,7 @@ def compiled_runner(ours, fallback):
         padded = engine_inputs(batch.tensors)  # the lone-input bucket, as the engine pads it
         with torch.no_grad():
             out = graph(*(padded[k] for k in ("input_ids", "attention_mask", "token_type_ids")))[0]
-        return out[:, :batch.real.shape[1]]
+        return out[:, :batch.real.shape[1]].float()
 
     for n in (n for n in WARM_UP_LENGTHS if n <= model.config.max_position_embeddings):  # as warm_up
         ids = torch.full((1, n), 100)
@@ -333,8 +334,9 @@ def compiled_runner(ours, fallback):
 
 def build_engines(ours, wanted: list[str], folder: Path, threads: int, info: dict) -> dict:
     runners = bertkit_runners(ours)
-    if "bertkit-compiled_fp32" in wanted:
-        runners["bertkit-compiled_fp32"] = compiled_runner(ours, runners["bertkit_fp32"])
+    for precision in ("fp32", "bf16"):
+        if f"bertkit-compiled_{precision}" in wanted:
+            runners[f"bertkit-compiled_{precision}"] = compiled_runner(ours, runners[f"bertkit_{precision}"], precision)
     if any(e.startswith(("onnxruntime", "openvino")) for e in wanted):
         runners.update(onnxruntime_runners(ours, folder, threads, info))
     openvino = [e.split("_")[1] for e in wanted if e.startswith("openvino")]
@@ -521,7 +523,9 @@ def markdown(results: dict) -> str:
              f"Variable-length batches of {batch} (lengths uniform {low}-{high}), the engines alternated batch by batch "
              "in one process" + (f" with {settle:g} s of rest before each call" if settle else "") +
              ", the same weights everywhere (benchmarks/bench_engines.py has the method).", ""]
-    order = ENGINES[:1] + OPTIONAL_ENGINES + ENGINES[1:]  # the compiled column beside bertkit fp32
+    # each compiled column beside its eager bertkit column
+    order = [n for e in ENGINES for n in ((e, "bertkit-compiled_" + e[8:]) if e.startswith("bertkit_") else (e,))
+             if n in ENGINES + OPTIONAL_ENGINES]
     names = [n for n in order if any(n in r["engines"] for r in results["rows"])]
     unit = "median ms per call (p90)" if latency else "sequences/s"
     lines += [f"| {unit} | " + " | ".join(LABELS[n] for n in names) + " |",
