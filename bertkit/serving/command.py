@@ -106,7 +106,7 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
         # re-raised SIGTERM is a no-op and the process exits 0 after finishing the accepted requests.
         signal.signal(signal.SIGTERM, lambda *_: None)
         bound_port = sock.getsockname()[1]
-        running_on = precision_label(engine.device, engine.precision, engine.quantize)
+        running_on = precision_label(engine.device, engine.precision, engine.quantize) + (", compiled" if engine.compile else "")
         print(f"bertkit serve: {engine.task} model {model_dir} ({running_on}) on http://{host}:{bound_port} "
               f"(warmed up in {warm_up_s:.1f} s)", flush=True)
         uvicorn.Server(config).run(sockets=[sock])
