@@ -104,7 +104,7 @@ class CompiledLoneInput:
             with inductor_config.patch({"cpp.vec_isa_ok": True}):
                 self._run = torch._inductor.aoti_load_package(str(self.path))
         except Exception as e:  # a damaged or foreign file: say which, the user can delete it
-            raise BertkitError(f"cannot load the compiled model ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+            raise BertkitError(f"cannot load the compiled model ({type(e).__name__}: {_first_line(e, 200)}); "
                                "delete the file to compile it again", path=str(self.path)) from None
 
     def _compile(self, model: torch.nn.Module, folder: Path) -> None:
@@ -132,8 +132,8 @@ class CompiledLoneInput:
         except BertkitError:
             raise
         except Exception as e:  # no C++ compiler, an op inductor cannot lower, a full disk
-            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-            raise BertkitError(f"compiling the model failed ({type(e).__name__}: {first}); run without --compile") from None
+            raise BertkitError(f"compiling the model failed ({type(e).__name__}: {_first_line(e, 300)}); "
+                               "run without --compile") from None
         log.warning(f"compiled in {time.perf_counter() - started:.0f} s")
 
     def accepts(self, length: int) -> bool:
@@ -144,7 +144,14 @@ class CompiledLoneInput:
         return tuple(self._run(input_ids, attention_mask, token_type_ids))
 
 
+def _first_line(error: Exception, limit: int) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:limit] if text else ""
+
+
 def _check_can_compile(model: torch.nn.Module, precision: str) -> None:
+    import torch._inductor  # a submodule `import torch` does not load
+
     if not hasattr(torch._inductor, "aoti_load_package") or not hasattr(torch._inductor, "aoti_compile_and_package"):
         raise BertkitError(f"compile needs AOTInductor's packages (torch 2.6 or later), torch is {torch.__version__}")
     parameter = next(model.parameters(), None)
