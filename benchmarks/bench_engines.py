@@ -304,9 +304,9 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
 
 
 def compiled_runner(ours, fallback, precision: str = "fp32"):
-    """bertkit with `--compile`, as its engine runs it: a lone input padded to its bucket through the
-    graph compiled ahead (inference/compiled.py; compiled now, or loaded from the compile cache), a
-    batch of several through the eager runner (`fallback`)."""
+    """bertkit with `--compile`, as its engine runs it: a lone input (at bf16 up to four) padded to
+    the engine's buckets through the graph compiled ahead (inference/compiled.py; compiled now, or
+    loaded from the compile cache), a larger batch through the eager runner (`fallback`)."""
     from bertkit.inference.compiled import CompiledLoneInput
     from bertkit.inference.engine import ROW_MULTIPLE, WARM_UP_LENGTHS
     from bertkit.inference.frozen import freeze_encoders
@@ -319,9 +319,9 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
     print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
 
     def run(batch: Batch):
-        if len(batch.lengths) != 1:
+        if len(batch.lengths) > graph.max_batch:  # 1 at fp32, 4 at bf16 (compiled.BATCH_LIMIT)
             return fallback(batch)
-        padded = engine_inputs(batch.tensors)  # the lone-input bucket, as the engine pads it
+        padded = engine_inputs(batch.tensors)  # the engine's length buckets
         with torch.no_grad():
             out = graph(*(padded[k] for k in ("input_ids", "attention_mask", "token_type_ids")))[0]
         return out[:, :batch.real.shape[1]].float()

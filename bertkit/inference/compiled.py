@@ -1,29 +1,30 @@
-"""A lone input through a graph compiled ahead for this model on this CPU (issue 39, opt-in:
-`InferenceEngine(..., compile=True)`, `bertkit serve --compile`, `pipeline(..., compile=True)`;
-not `predict`, whose files run in batches).
+"""A lone input (at bf16, up to four) through a graph compiled ahead for this model on this CPU
+(issue 39, opt-in: `InferenceEngine(..., compile=True)`, `bertkit serve --compile`,
+`pipeline(..., compile=True)`; not `predict`, whose files run in batches).
 
 One request to a small encoder spends a good part of its time between kernels: a dozen dispatched
 ops per layer, each a few microseconds of Python and framework, and elementwise work (the
 residual adds, LayerNorms, the embeddings' sums) as separate passes. The eager engine cannot shed
 that; a compiled graph does. torch.export records the model (its plain path: F.linear, SDPA with
-the padding mask, `kernels.exporting()`) for one input whose length is dynamic (2 to the model's
-limit: one graph serves every length), and AOTInductor compiles it with
-freezing (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared
-library, packaged as a `.pt2` file. At bf16 the model is recorded under bf16 autocast, so the graph
-holds the same casts as the eager bf16 path (weights folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads a lone input to its lone-input bucket (a
-multiple of 8, as the eager path), so the GEMMs meet a bounded set of row counts, whose oneDNN
-kernels `warm_up` makes (a new row count costs a few ms the first time). Measured on a 2-vCPU Xeon (AVX-512, AMX), all-MiniLM-L6-v2,
-one input of 8-64 tokens alternated against the eager engine: fp32 1.17-1.27x, bf16 1.49-1.66x
-(docs/speed.md).
+the padding mask, `kernels.exporting()`) with the batch size (1-4) and the length (2 to the
+model's limit) dynamic, one graph for all of them, and AOTInductor compiles it with freezing
+(weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared library,
+packaged as a `.pt2` file. At bf16 the model is recorded under bf16 autocast, so the graph holds
+the eager bf16 path's casts (weights folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
+inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
+a bounded set of row counts, whose oneDNN kernels `warm_up` makes (a new row count costs a few ms
+the first time). The graph computes on the padded batch where the eager engine unpads, so it takes
+a batch only while that pays (`BATCH_LIMIT`). Measured on a 2-vCPU Xeon (AVX-512, AMX),
+all-MiniLM-L6-v2, one input of 8-64 tokens alternated against the eager engine: fp32 1.17-1.27x,
+bf16 1.49-1.66x (docs/speed.md).
 
-Compiling takes tens of seconds (MiniLM ~40 s on 2 cores) and a C++ compiler, so it is done once
+Compiling takes tens of seconds (MiniLM 20-40 s on 2 cores) and a C++ compiler, so it is done once
 per model, CPU and thread count and kept in a cache folder (`BERTKIT_COMPILE_CACHE`, default
 `$XDG_CACHE_HOME/bertkit/compiled`); later processes load the package in a fraction of a second.
 The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, the
 precision, torch's version, the CPU's instruction sets and the thread count (the generated kernels
 are built for those). fp32 or bf16 on the CPU: the numbers are the eager model's within float
-rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16; batches of several inputs keep
-the eager engine, whose unpadded batches lead in bulk.
+rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ log = logging.getLogger("bertkit")
 
 CACHE_ENV = "BERTKIT_COMPILE_CACHE"
 PRECISIONS = ("fp32", "bf16")
+# The most inputs a call sends through the graph, per precision. It computes on the padded batch
+# (the eager engine unpads): past these sizes the padding costs more than the per-op work saved
+# (MiniLM, paired against eager: fp32 1.05x at 2 inputs, 0.86x at 4; bf16 1.35x at 2, 1.14x at 4,
+# 0.91x at 8; docs/speed.md).
+BATCH_LIMIT = {"fp32": 1, "bf16": 4}
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
 
 
@@ -66,7 +72,8 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "cpu": [features.cpu_class, features.avx512, features.bf16, features.amx, features.vnni, features.vendor],
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
-             "outputs": list(output_names), "max_length": max_length, "precision": precision}
+             "outputs": list(output_names), "max_length": max_length, "precision": precision,
+             "batch": [1, max(BATCH_LIMIT.values())]}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
@@ -75,7 +82,8 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
 
 
 class CompiledLoneInput:
-    """`(input_ids, attention_mask, token_type_ids)` of one input, each (1, T) -> the head's outputs
+    """`(input_ids, attention_mask, token_type_ids)` of a few inputs, each (B, T) with B at most
+    `max_batch` (1 at fp32, 4 at bf16: `BATCH_LIMIT`) -> the head's outputs
     (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
     eager bf16 path gives them)."""
@@ -87,6 +95,7 @@ class CompiledLoneInput:
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
         self.output_names, self.max_length = tuple(output_names), max_length
+        self.max_batch = BATCH_LIMIT[precision]
         folder = cache_dir()
         key = cache_key(model, self.output_names, max_length, precision)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
@@ -119,13 +128,14 @@ class CompiledLoneInput:
                     f"(once; tens of seconds) into {self.path}")
         started = time.perf_counter()
         length = torch.export.Dim("length", min=MIN_LENGTH, max=self.max_length)
-        example = torch.full((1, min(16, self.max_length)), 100, dtype=torch.long)
+        batch = torch.export.Dim("batch", min=1, max=max(BATCH_LIMIT.values()))  # as fast at 1 as a graph for 1
+        example = torch.full((2, min(16, self.max_length)), 100, dtype=torch.long)
         inputs = (example, torch.ones_like(example), torch.zeros_like(example))
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
-                program = torch.export.export(wrapped, inputs, dynamic_shapes=({1: length},) * 3)
+                program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 3)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
                     package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(work) / "model.pt2"))
                     os.replace(package, self.path)  # whole or not at all: a killed compile leaves no package
@@ -136,8 +146,8 @@ class CompiledLoneInput:
                                "run without --compile") from None
         log.warning(f"compiled in {time.perf_counter() - started:.0f} s")
 
-    def accepts(self, length: int) -> bool:
-        return MIN_LENGTH <= length <= self.max_length
+    def accepts(self, inputs: int, length: int) -> bool:
+        return 1 <= inputs <= self.max_batch and MIN_LENGTH <= length <= self.max_length
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                  token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 
 from .. import kernels
-from ..batching import SINGLE_LENGTH_BUCKET, length_grouped_batches, pad_rows, padded_length
+from ..batching import LENGTH_BUCKET, SINGLE_LENGTH_BUCKET, length_grouped_batches, pad_rows, padded_length
 from ..device import DEFAULT_PRECISION, autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
@@ -125,9 +125,9 @@ class InferenceEngine:
         """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32
         activations; "none" keeps the checkpoint's weights as they are.
 
-        `compile`: a lone input runs through a graph compiled ahead for this model and CPU
-        (inference/compiled.py; fp32 or bf16 on the CPU; compiled once, by `warm_up` or the first lone
-        input, then loaded from the compile cache); batches keep the eager model.
+        `compile`: a lone input (at bf16 up to four) runs through a graph compiled ahead for this
+        model and CPU (inference/compiled.py; fp32 or bf16 on the CPU; compiled once, by `warm_up` or
+        the first call, then loaded from the compile cache); larger batches keep the eager model.
 
         `model`: an already built bertkit model object instead of a folder (it is moved to the
         device and put in eval mode, as transformers' pipeline does, and from then on unpads every
@@ -251,10 +251,10 @@ class InferenceEngine:
         return self._compiled
 
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:
-        if self.compile and len(rows) == 1 and not isinstance(rows[0]["input_ids"][0], list):
+        if self.compile and not isinstance(rows[0]["input_ids"][0], list):
             runner = self._compiled_runner()
-            batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the lone-input bucket: few oneDNN shapes
-            if runner.accepts(batch["input_ids"].shape[1]) and \
+            batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the engine's buckets: few oneDNN shapes
+            if runner.accepts(*batch["input_ids"].shape) and \
                     all(key in runner.output_names or OUTPUT_ALIASES.get(key) in runner.output_names for key in keys):
                 out = dict(zip(runner.output_names, runner(batch["input_ids"], batch["attention_mask"],
                                                            batch["token_type_ids"])))
@@ -304,6 +304,10 @@ class InferenceEngine:
             self.forward([row(n)])
         if lone:  # a batch of several: the unpadded path and its row counts
             self.forward([row(n) for n in lone])
+        if self.compile:  # the small batches the compiled graph takes (bf16), at the batch buckets' lengths
+            for size in range(2, self._compiled_runner().max_batch + 1):
+                for n in range(LENGTH_BUCKET, min(128, limit) + 1, LENGTH_BUCKET):
+                    self.forward([row(n)] * size)
 
     # ---------------------------------------------------------------- task helpers
 

@@ -46,7 +46,7 @@ def test_a_lone_input_through_the_compiled_graph_gives_the_eager_engines_numbers
     assert fast._compiled is not None and fast._compiled.path.parent == folder
     for text in TEXTS:
         rows = fast.encode([text])
-        assert fast._compiled.accepts(len(rows[0]["input_ids"]))  # every length up to the model's limit
+        assert fast._compiled.accepts(1, len(rows[0]["input_ids"]))  # every length up to the model's limit
         got, want = fast.forward(rows)[0]["last_hidden_state"], eager.forward(rows)[0]["last_hidden_state"]
         assert got.shape == want.shape == (len(rows[0]["input_ids"]), 32)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
@@ -67,7 +67,7 @@ def test_a_lone_input_really_runs_the_compiled_graph(compiled_pair, monkeypatch,
     fast.embeddings(["a short query"])
     assert calls == [(1, 8)]  # [CLS] a short query [SEP], padded to the lone-input bucket (a multiple of 8)
     fast.embeddings(["a short query", "another"])
-    assert len(calls) == 1  # a batch of two: the eager model
+    assert len(calls) == 1  # a batch of two at fp32: the eager model (compiled_module.BATCH_LIMIT)
 
 
 def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pair, monkeypatch, one_thread):
@@ -131,14 +131,23 @@ def test_bf16_compiles_under_autocast_and_gives_the_eager_bf16_numbers(tiny_mode
     fast.warm_up()
     assert "-bf16-" in fast._compiled.path.name
     eager, full = InferenceEngine(tiny_model_dir, precision="bf16"), InferenceEngine(tiny_model_dir)
-    for text in TEXTS:
-        rows = fast.encode([text])
-        got, want, exact = (e.forward(rows)[0]["last_hidden_state"] for e in (fast, eager, full))
-        assert got.dtype == torch.float32 and got.shape == exact.shape
-        bf16_error = (want - exact).abs().max().item()
-        assert 0 < bf16_error < 0.1  # eager bf16 differs from fp32 in bf16's digits: the test can tell
-        assert (got - exact).abs().max().item() < 2 * bf16_error + 1e-2
-        assert not torch.equal(got, exact)  # computed in bf16, not fp32
+    calls = []
+    real = fast._compiled._run
+    fast._compiled._run = lambda *a: calls.append(tuple(a[0].shape)) or real(*a)
+    # one input, and a batch of three (at bf16 the graph takes up to BATCH_LIMIT["bf16"] = 4)
+    for texts in [[text] for text in TEXTS] + [TEXTS[:3]]:
+        rows = fast.encode(texts)
+        outputs = [e.forward(rows) for e in (fast, eager, full)]
+        for row, got, want, exact in zip(rows, *outputs):
+            got, want, exact = (out["last_hidden_state"] for out in (got, want, exact))
+            assert got.dtype == torch.float32 and got.shape == exact.shape == (len(row["input_ids"]), 32)
+            bf16_error = (want - exact).abs().max().item()
+            assert 0 < bf16_error < 0.1  # eager bf16 differs from fp32 in bf16's digits: the test can tell
+            assert (got - exact).abs().max().item() < 2 * bf16_error + 1e-2
+            assert not torch.equal(got, exact)  # computed in bf16, not fp32
+    assert [shape[0] for shape in calls] == [1] * len(TEXTS) + [3]
+    fast.forward(fast.encode(TEXTS + TEXTS[:1]))  # five inputs: past the limit, the eager model
+    assert len(calls) == len(TEXTS) + 1
 
 
 def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
