@@ -251,8 +251,8 @@ class InferenceEngine:
         return self._compiled
 
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:
-        if self.compile and not isinstance(rows[0]["input_ids"][0], list):
-            runner = self._compiled_runner()
+        runner = self._compiled_runner() if self.compile and not isinstance(rows[0]["input_ids"][0], list) else None
+        if runner is not None and len(rows) <= runner.max_batch:
             batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the engine's buckets: few oneDNN shapes
             if runner.accepts(*batch["input_ids"].shape) and \
                     all(key in runner.output_names or OUTPUT_ALIASES.get(key) in runner.output_names for key in keys):
