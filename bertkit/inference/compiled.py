@@ -1,4 +1,4 @@
-"""A lone input (at bf16, up to four) through a graph compiled ahead for this model on this CPU
+"""A lone input (at bf16 and int8, up to four) through a graph compiled ahead for this model on this CPU
 (issue 39, opt-in: `InferenceEngine(..., compile=True)`, `bertkit serve --compile`,
 `pipeline(..., compile=True)`; not `predict`, whose files run in batches).
 
@@ -25,6 +25,13 @@ The key is a hash of the weights' bytes, the config, the outputs asked for, the 
 precision, torch's version, the CPU's instruction sets and the thread count (the generated kernels
 are built for those). fp32 or bf16 on the CPU: the numbers are the eager model's within float
 rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16.
+
+At int8 (`--quantize int8 --compile`, a CPU with VNNI) the graph is made from the engine's int8
+model: the same int8 weights, but the packed fbgemm layers and their per-call outlier split cannot
+be exported, so the graph quantises each token's activations with its own scale
+(kernels/int8.RowInt8Linear) and inductor runs oneDNN's int8 GEMM on weights it packs once. Its
+numbers are that per-token scheme's, not the eager int8 engine's per-tensor ones; its accuracy on
+fine-tuned MRPC and SST-2 is in docs/speed.md (benchmarks/int8_accuracy.py --compiled).
 """
 
 from __future__ import annotations
@@ -43,18 +50,19 @@ import torch
 
 from ..device import cpu_features
 from ..errors import BertkitError
+from ..kernels.int8 import Int8Linear, int8_for_graph
 from ..version import __version__
 from .export import _Exported
 
 log = logging.getLogger("bertkit")
 
 CACHE_ENV = "BERTKIT_COMPILE_CACHE"
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")
 # The most inputs a call sends through the graph, per precision. It computes on the padded batch
 # (the eager engine unpads): past these sizes the padding costs more than the per-op work saved
 # (MiniLM, paired against eager: fp32 1.05x at 2 inputs, 0.86x at 4; bf16 1.35x at 2, 1.14x at 4,
-# 0.91x at 8; docs/speed.md).
-BATCH_LIMIT = {"fp32": 1, "bf16": 4}
+# 0.91x at 8; int8 1.44x at 2, 1.21x at 4, BERT-base 1.25x, 1.14x; docs/speed.md).
+BATCH_LIMIT = {"fp32": 1, "bf16": 4, "int8": 4}
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
 
 
@@ -66,7 +74,8 @@ def cache_dir() -> Path:
 
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32") -> str:
-    """What the compiled package depends on, hashed: change any of it and a new one is made."""
+    """What the compiled package depends on, hashed: change any of it and a new one is made. (At
+    int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
     facts = {"bertkit": __version__, "torch": torch.__version__, "machine": platform.machine(),
              "cpu": [features.cpu_class, features.avx512, features.bf16, features.amx, features.vnni, features.vendor],
@@ -83,7 +92,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
 
 class CompiledLoneInput:
     """`(input_ids, attention_mask, token_type_ids)` of a few inputs, each (B, T) with B at most
-    `max_batch` (1 at fp32, 4 at bf16: `BATCH_LIMIT`) -> the head's outputs
+    `max_batch` (1 at fp32, 4 at bf16 and int8: `BATCH_LIMIT`) -> the head's outputs
     (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
     eager bf16 path gives them)."""
@@ -92,6 +101,8 @@ class CompiledLoneInput:
                  precision: str = "fp32"):
         _check_can_compile(model, precision)
         self.precision = precision
+        if precision == "int8":  # the int8 layers as exportable ops; the copy goes once compiled
+            model = int8_for_graph(model)
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
         self.output_names, self.max_length = tuple(output_names), max_length
@@ -159,6 +170,12 @@ def _first_line(error: Exception, limit: int) -> str:
     return text.splitlines()[0][:limit] if text else ""
 
 
+def check_int8_cpu() -> None:
+    if not cpu_features().vnni:  # oneDNN's int8 GEMM would saturate its int16 pair sums
+        raise BertkitError("compile at int8 needs a CPU with VNNI (AVX512_VNNI or AVX_VNNI), which this one lacks; "
+                           "run int8 without --compile")
+
+
 def _check_can_compile(model: torch.nn.Module, precision: str) -> None:
     import torch._inductor  # a submodule `import torch` does not load
 
@@ -166,6 +183,10 @@ def _check_can_compile(model: torch.nn.Module, precision: str) -> None:
         raise BertkitError(f"compile needs AOTInductor's packages (torch 2.6 or later), torch is {torch.__version__}")
     parameter = next(model.parameters(), None)
     if parameter is not None and (parameter.device.type != "cpu" or parameter.dtype != torch.float32):
-        raise BertkitError("compile runs fp32 weights on the CPU: drop --device, --quantize int8 or the dtype")
+        raise BertkitError("compile runs fp32 weights on the CPU: drop --device or the dtype")
     if precision not in PRECISIONS:
-        raise BertkitError(f"compile runs at {' or '.join(PRECISIONS)}, not {precision}")
+        raise BertkitError(f"compile runs at {', '.join(PRECISIONS)}, not {precision}")
+    if precision == "int8":
+        check_int8_cpu()
+        if not any(isinstance(m, Int8Linear) for m in model.modules()):
+            raise BertkitError("compile at int8 takes a model quantised by quantize_int8 (--quantize int8)")

@@ -125,9 +125,10 @@ class InferenceEngine:
         """quantize "int8": the encoder's Linear layers in dynamic int8 (kernels/int8.py), CPU, fp32
         activations; "none" keeps the checkpoint's weights as they are.
 
-        `compile`: a lone input (at bf16 up to four) runs through a graph compiled ahead for this
-        model and CPU (inference/compiled.py; fp32 or bf16 on the CPU; compiled once, by `warm_up` or
-        the first call, then loaded from the compile cache); larger batches keep the eager model.
+        `compile`: a lone input (at bf16 and int8 up to four) runs through a graph compiled ahead for this
+        model and CPU (inference/compiled.py; fp32, bf16 or int8 on the CPU, int8 with VNNI; compiled
+        once, by `warm_up` or the first call, then loaded from the compile cache); larger batches keep
+        the eager model.
 
         `model`: an already built bertkit model object instead of a folder (it is moved to the
         device and put in eval mode, as transformers' pipeline does, and from then on unpads every
@@ -183,8 +184,12 @@ class InferenceEngine:
         self.compile = compile
         self._compiled = None
         if compile:
-            if self.device.type != "cpu" or self.precision not in ("fp32", "bf16") or quantize != "none":
-                raise BertkitError("compile runs fp32 or bf16 on the CPU, not int8: drop --device or --quantize int8")
+            if self.device.type != "cpu" or self.precision not in ("fp32", "bf16"):
+                raise BertkitError("compile runs fp32, bf16 or int8 on the CPU: drop --device")
+            if quantize == "int8":
+                from .compiled import check_int8_cpu
+
+                check_int8_cpu()
             if self.task == "multiple-choice":
                 raise BertkitError("compile takes one sequence per input; a multiple-choice model runs without it")
             if not own_model:  # a caller's model may change after the graph is compiled from its weights
@@ -247,7 +252,8 @@ class InferenceEngine:
 
             # Every length the model's positions allow: a lone input's bucket may round past max_length.
             self._compiled = CompiledLoneInput(self.model, output_names_for(self.model),
-                                               self.config.max_position_embeddings, self.precision)
+                                               self.config.max_position_embeddings,
+                                               "int8" if self.quantize == "int8" else self.precision)
         return self._compiled
 
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:

@@ -207,3 +207,70 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         setattr(parent, name, Int8Linear(child, OUTLIER_THRESHOLD if id(child) in ffn_outputs else None,
                                          GELU_FLOOR if id(child) in gelu_fed else None))
     return model
+
+
+# ---------------------------------------------------------------- int8 in a compiled graph
+
+
+class RowInt8Linear(nn.Module):
+    """An `Int8Linear` as plain tensor ops, for a graph compiled ahead (inference/compiled.py): the
+    same int8 weights (per output channel), x quantised per row (per token, symmetric int8) inside
+    the graph, int32 accumulation by `torch._int_mm`. The packed fbgemm weights and the per-call
+    outlier split of `Int8Linear` cannot be exported; this form can, and inductor's freezing passes
+    turn `_int_mm` followed by its two scales into oneDNN's int8 GEMM on weights packed once (VNNI,
+    AMX), the scales and the bias fused into the code after it. A scale per token rather than per
+    tensor keeps one token's large channel (Bondarenko et al.) from coarsening every other token's
+    values, which is what the outlier split is for in the eager path. Needs VNNI: without it oneDNN's
+    int8 pair sums can saturate at int16 (the eager path's 7-bit `reduce_range` is fbgemm's)."""
+
+    def __init__(self, layer: Int8Linear):
+        super().__init__()
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        qweight, bias = torch.ops.quantized.linear_unpack(layer._packed)
+        self.register_buffer("weight", qweight.int_repr().t().contiguous())  # (in, out) int8, _int_mm's layout
+        self.register_buffer("weight_scale", qweight.q_per_channel_scales().float())  # (out,)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
+        flat = x.reshape(-1, self.in_features)
+        row_scale = flat.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0  # (N, 1); a zero row stays zero
+        quantised = torch.round(flat / row_scale).to(torch.int8)
+        # This exact form (int32 -> fp32, times the row scale, times the weight scale, plus bias) is
+        # the one inductor's pattern recognises and packs.
+        y = torch._int_mm(quantised, self.weight).to(torch.float32) * row_scale * self.weight_scale
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per token"
+
+
+class RowInt8QKV(QKVProjection):
+    """An `Int8QKV` for a compiled graph: one `RowInt8Linear` over the concatenated weights."""
+
+    def __init__(self, layer: Int8QKV):
+        super().__init__()
+        self.projection = RowInt8Linear(layer.projection)
+        self.sizes = list(layer.sizes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return tuple(self.projection(x).split(self.sizes, -1))
+
+
+def int8_for_graph(model: nn.Module) -> nn.Module:
+    """A copy of a `quantize_int8` model whose int8 layers are `RowInt8Linear` / `RowInt8QKV` (the
+    same int8 weights), for torch.export; the fbgemm layers are not copied. Raises ValueError for a
+    model with no int8 layer."""
+    import copy
+
+    swaps = {}
+    for module in model.modules():
+        if isinstance(module, Int8QKV):
+            swaps[id(module)] = RowInt8QKV(module)
+        elif isinstance(module, Int8Linear) and not any(module is getattr(qkv, "projection", None)
+                                                         for qkv in model.modules() if isinstance(qkv, Int8QKV)):
+            swaps[id(module)] = RowInt8Linear(module)
+    if not swaps:
+        raise ValueError(f"{type(model).__name__} has no int8 layer (quantize_int8 makes them)")
+    return copy.deepcopy(model, memo=dict(swaps)).eval()

@@ -131,8 +131,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quantize", default="none", choices=QUANTIZE_CHOICES,
                         help="int8: the encoder's Linear layers in dynamic int8 (CPU)")
     parser.add_argument("--compile", action="store_true",
-                        help="a lone request (at bf16 up to four) through a graph compiled ahead for this model and "
-                             "CPU (fp32 or bf16, CPU; compiled once before listening, tens of seconds, then "
+                        help="a lone request (at bf16 and int8 up to four) through a graph compiled ahead for this model and "
+                             "CPU (fp32, bf16, or int8 with --quantize int8 on a CPU with VNNI; compiled once before listening, tens of seconds, then "
                              "cached: docs/speed.md)")
     parser.add_argument("--model-id", default=None, help="name reported by GET /info (default: the folder)")
     parser.add_argument("--log-format", default="text", choices=LOG_FORMATS,

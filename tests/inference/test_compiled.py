@@ -2,6 +2,7 @@
 compiled ahead gives the eager engine's numbers; the package is made once and then loaded from the
 cache, a new one when the weights change; what compile cannot run is refused in one line."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,9 @@ from bertkit import BertForSequenceClassification, BertModel
 from bertkit.errors import BertkitError
 from bertkit import pipeline
 from bertkit.inference import InferenceEngine
+from bertkit.device import CpuFeatures, cpu_features
 from bertkit.inference import compiled as compiled_module
+from bertkit.kernels.int8 import Int8Linear, RowInt8Linear, int8_for_graph
 
 TEXTS = ["hi", "a short query", "a somewhat longer sentence about searching " * 4, "word " * 90]
 
@@ -119,9 +122,70 @@ def test_a_failed_compile_is_one_line_and_leaves_no_package(tiny_model_dir, cach
     assert list(cache.glob("*.pt2")) == [] and list(cache.iterdir()) == []
 
 
-def test_what_compile_cannot_run_is_refused(tiny_model_dir):
-    with pytest.raises(BertkitError, match="compile runs fp32 or bf16 on the CPU, not int8"):
+def test_int8_without_vnni_is_refused_in_one_line(tiny_model_dir, monkeypatch):
+    monkeypatch.setattr(compiled_module, "cpu_features", lambda: CpuFeatures(avx512=False, bf16=False, amx=False, vnni=False))
+    with pytest.raises(BertkitError, match="compile at int8 needs a CPU with VNNI") as caught:
         InferenceEngine(tiny_model_dir, compile=True, quantize="int8")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_row_int8_linear_is_per_token_int8_of_the_same_weights():
+    """RowInt8Linear against the definition, in numpy: the Int8Linear's own int8 weights and scales,
+    each row of x scaled to [-127, 127] by its own absolute maximum and rounded, int32 sums."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(48, 24)
+    eager = Int8Linear(layer)
+    row = RowInt8Linear(eager)
+    x = torch.randn(2, 5, 48)
+    x[0, 1, 7] = 30.0  # an outlier channel in one token: only that token's scale grows
+    qweight, _ = torch.ops.quantized.linear_unpack(eager._packed)
+    w = qweight.int_repr().numpy().astype(np.int64)  # (out, in)
+    w_scale = qweight.q_per_channel_scales().numpy()
+    flat = x.reshape(-1, 48).numpy().astype(np.float64)
+    scale = np.abs(flat).max(1, keepdims=True) / 127.0
+    q = np.round(flat / scale).astype(np.int64)
+    want = (q @ w.T) * scale * w_scale + layer.bias.detach().numpy()
+    got = row(x).reshape(-1, 24).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert row.weight.dtype == torch.int8 and row.weight.shape == (48, 24)
+    # the other tokens keep their resolution: closer to fp32 than a per-tensor scale would be
+    exact = layer(x).detach().reshape(-1, 24)
+    others = [i for i in range(10) if i != 1]
+    assert (torch.from_numpy(got)[others] - exact[others]).abs().max() < 0.02
+
+
+@pytest.mark.skipif(not cpu_features().vnni, reason="compile at int8 needs VNNI; refused without it (test above)")
+def test_int8_compiles_the_quantised_weights_per_token(tiny_model_dir, cache, one_thread):
+    """quantize int8 with compile: a lone input runs the graph, which computes what the per-token int8
+    model (kernels/int8.int8_for_graph) computes eagerly, on the eager int8 engine's weights, as close to
+    fp32 as int8 allows; batches keep the eager int8 engine."""
+    fast = InferenceEngine(tiny_model_dir, quantize="int8", compile=True)
+    fast.warm_up()
+    assert "-int8-" in fast._compiled.path.name
+    eager, full = InferenceEngine(tiny_model_dir, quantize="int8"), InferenceEngine(tiny_model_dir)
+    reference = int8_for_graph(eager.model)
+    calls = []
+    real = fast._compiled._run
+    fast._compiled._run = lambda *a: calls.append(tuple(a[0].shape)) or real(*a)
+    for text in TEXTS:
+        rows = fast.encode([text])
+        got, exact = (e.forward(rows)[0]["last_hidden_state"] for e in (fast, full))
+        ids = torch.tensor([rows[0]["input_ids"]])
+        with torch.no_grad():
+            want = reference(ids, torch.ones_like(ids), torch.tensor([rows[0]["token_type_ids"]])).last_hidden_state[0]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        int8_error = (got - exact).abs().max().item()
+        assert 0 < int8_error < 0.1  # int8, not fp32
+    assert calls and all(shape[0] == 1 for shape in calls) and len(calls) == len(TEXTS)
+    rows = fast.encode(TEXTS[:3])  # up to BATCH_LIMIT["int8"] = 4 inputs: the graph, per token as alone
+    for row, got in zip(rows, fast.forward(rows)):
+        alone = fast.forward([row])[0]["last_hidden_state"]
+        torch.testing.assert_close(got["last_hidden_state"], alone, atol=1e-4, rtol=1e-4)
+    assert [shape[0] for shape in calls[len(TEXTS):]] == [3, 1, 1, 1]
+    texts = TEXTS + TEXTS[:1]  # five: past the limit, the eager int8 model
+    for a, b in zip(fast.embeddings(texts), eager.embeddings(texts)):
+        assert torch.equal(a, b)
+    assert len(calls) == len(TEXTS) + 4
 
 
 def test_bf16_compiles_under_autocast_and_gives_the_eager_bf16_numbers(tiny_model_dir, cache, one_thread):
