@@ -87,7 +87,7 @@ ENGINES = ("bertkit_fp32", "onnxruntime_fp32", "openvino_fp32", "ctranslate2_fp3
            "bertkit_bf16", "openvino_bf16", "bertkit_int8", "onnxruntime_int8", "ctranslate2_int8")
 # Named in --engines only: the compiled graph for lone inputs (inference/compiled.py) compiles for
 # tens of seconds per size first (or loads it from the compile cache).
-OPTIONAL_ENGINES = ("bertkit-compiled_fp32", "bertkit-compiled_bf16")
+OPTIONAL_ENGINES = ("bertkit-compiled_fp32", "bertkit-compiled_bf16", "bertkit-compiled_int8")
 BF16_ENGINES = ("bertkit_bf16", "openvino_bf16", "bertkit-compiled_bf16")  # measured only where the CPU has native bf16
 PRECISIONS = ("fp32", "bf16", "int8")
 LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32 (BERT fusions)",
@@ -95,7 +95,8 @@ LABELS = {"bertkit_fp32": "bertkit fp32", "onnxruntime_fp32": "ONNX Runtime fp32
           "openvino_bf16": "OpenVINO bf16", "bertkit_int8": "bertkit int8",
           "onnxruntime_int8": "ONNX Runtime int8", "ctranslate2_int8": "CTranslate2 int8",
           "bertkit-compiled_fp32": "bertkit fp32 compiled (--compile)",
-          "bertkit-compiled_bf16": "bertkit bf16 compiled (--compile)"}
+          "bertkit-compiled_bf16": "bertkit bf16 compiled (--compile)",
+          "bertkit-compiled_int8": "bertkit int8 compiled (--compile --quantize int8)"}
 # The levers --levers alternates against the defaults: name -> KernelOptions changes.
 LEVERS = {"packed_weights=none": {"packed_weights": "none"}, "packed_weights=mkl": {"packed_weights": "mkl"},
           "packed_weights=onednn": {"packed_weights": "onednn"},
@@ -304,22 +305,25 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
 
 
 def compiled_runner(ours, fallback, precision: str = "fp32"):
-    """bertkit with `--compile`, as its engine runs it: a lone input (at bf16 up to four) padded to
+    """bertkit with `--compile`, as its engine runs it: a lone input (at bf16 and int8 up to four) padded to
     the engine's buckets through the graph compiled ahead (inference/compiled.py; compiled now, or
     loaded from the compile cache), a larger batch through the eager runner (`fallback`)."""
     from bertkit.inference.compiled import CompiledLoneInput
     from bertkit.inference.engine import ROW_MULTIPLE, WARM_UP_LENGTHS
     from bertkit.inference.frozen import freeze_encoders
+    from bertkit.kernels.int8 import quantize_int8
 
     model = copy.deepcopy(ours)
     model.hold_kernels(model.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
+    if precision == "int8":  # the engine's int8 weights; the graph quantises per token (kernels/int8.py)
+        quantize_int8(model)
     freeze_encoders(model)
     started = time.perf_counter()
     graph = CompiledLoneInput(model, ("last_hidden_state",), model.config.max_position_embeddings, precision)
     print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
 
     def run(batch: Batch):
-        if len(batch.lengths) > graph.max_batch:  # 1 at fp32, 4 at bf16 (compiled.BATCH_LIMIT)
+        if len(batch.lengths) > graph.max_batch:  # 1 at fp32, 4 at bf16 and int8 (compiled.BATCH_LIMIT)
             return fallback(batch)
         padded = engine_inputs(batch.tensors)  # the engine's length buckets
         with torch.no_grad():
@@ -334,7 +338,7 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
 
 def build_engines(ours, wanted: list[str], folder: Path, threads: int, info: dict) -> dict:
     runners = bertkit_runners(ours)
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "int8"):
         if f"bertkit-compiled_{precision}" in wanted:
             runners[f"bertkit-compiled_{precision}"] = compiled_runner(ours, runners[f"bertkit_{precision}"], precision)
     if any(e.startswith(("onnxruntime", "openvino")) for e in wanted):

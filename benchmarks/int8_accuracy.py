@@ -19,6 +19,10 @@ the folder to fine-tune again).
   and for MRPC the agreement of the pair-similarity ranking (Spearman) and of the best-threshold
   paraphrase decision between fp32 and int8.
 
+`--compiled` adds, per fine-tuned model, int8 with `--compile` (each dev example alone through
+the compiled graph, whose activations are quantised per token) against fp32 and eager int8 on the
+same lone examples, in process.
+
 `--layers` adds, per fine-tuned model, which Linear layers int8 hurts: int8 everywhere but one
 group kept fp32 (a layer, or one kind of Linear across the layers), and the outlier split of
 kernels/int8.py placed nowhere, in both feed-forward Linears or in every Linear.
@@ -249,12 +253,49 @@ def layer_sensitivity(task: str, data_dir: str, work: Path) -> dict:
     return result
 
 
-def finetuned_mode(model: str, data_dir: str, work: Path, tasks: list[str], layers: bool = False) -> dict:
+def compiled_int8(task: str, data_dir: str, work: Path) -> dict:
+    """int8 with --compile (inference/compiled.py): each dev example sent alone, as a lone request
+    runs the graph (activations quantised per token, kernels/int8.RowInt8Linear), against the same
+    examples alone in fp32 and in eager int8 (per-tensor activations with the outlier split), in
+    process. The fine-tuned model is the one `finetuned_task` made."""
+    from bertkit.inference import InferenceEngine
+    from bertkit.metrics.glue import compute_glue_metrics
+    from bertkit.tasks.glue import glue_task, label_id, load_glue_split
+
+    spec = glue_task(task)
+    model_dir = work / f"finetune-{spec.name}" / spec.folder / "model"
+    engines = {"fp32": InferenceEngine(model_dir, precision="fp32"),
+               "int8": InferenceEngine(model_dir, quantize="int8"),
+               "int8_compiled": InferenceEngine(model_dir, quantize="int8", compile=True)}
+    started = time.perf_counter()
+    engines["int8_compiled"].warm_up()
+    result = {"compile_or_load_seconds": time.perf_counter() - started}
+    dev = load_glue_split(spec, data_dir, "dev")
+    gold = np.array([label_id(spec, e.label) for e in dev])
+    probabilities = {}
+    for name, engine in engines.items():
+        rows = engine.encode([e.text_a for e in dev], [e.text_b for e in dev] if spec.text_b else None)
+        probabilities[name] = torch.softmax(torch.stack([engine.forward([row])[0]["logits"] for row in rows]), -1).numpy()
+        result[name] = {k: 100 * v for k, v in compute_glue_metrics(spec.name, probabilities[name].argmax(1), gold).items()}
+    for name in ("int8", "int8_compiled"):
+        change = np.abs(probabilities[name] - probabilities["fp32"]).max(1)
+        result[f"{name}_vs_fp32"] = {
+            "difference_points": {k: result[name][k] - result["fp32"][k] for k in result["fp32"]},
+            "prediction_agreement": float((probabilities[name].argmax(1) == probabilities["fp32"].argmax(1)).mean()),
+            "mean_abs_probability_change": float(change.mean()), "max_abs_probability_change": float(change.max())}
+    result["graph_runs"] = engines["int8_compiled"]._compiled is not None
+    return result
+
+
+def finetuned_mode(model: str, data_dir: str, work: Path, tasks: list[str], layers: bool = False,
+                   compiled: bool = False) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     result = {task: finetuned_task(task, model, data_dir, work) for task in tasks}
-    if layers:
-        for task in tasks:
+    for task in tasks:
+        if layers:
             result[task]["layer_sensitivity"] = layer_sensitivity(task, data_dir, work)
+        if compiled:
+            result[task]["compiled_int8"] = compiled_int8(task, data_dir, work)
     return result
 
 
@@ -268,6 +309,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", default="mrpc,sst-2", help="finetuned mode: GLUE tasks")
     parser.add_argument("--layers", action="store_true",
                         help="finetuned mode: also score int8 with each layer / kind of Linear kept fp32")
+    parser.add_argument("--compiled", action="store_true",
+                        help="finetuned mode: also score int8 with --compile, each dev example alone (needs VNNI)")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     if not args.data_dir:
@@ -282,7 +325,8 @@ def main(argv=None) -> int:
     if args.mode == "embeddings":
         result.update(embeddings_mode(model, Path(args.data_dir) / "glue", args.train_examples))
     else:
-        result["tasks"] = finetuned_mode(model, args.data_dir, Path(args.work_dir), args.tasks.split(","), args.layers)
+        result["tasks"] = finetuned_mode(model, args.data_dir, Path(args.work_dir), args.tasks.split(","), args.layers,
+                                         args.compiled)
     result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
     if args.output:

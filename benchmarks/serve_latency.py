@@ -86,7 +86,8 @@ class ServerProcess:
     """`python -m bertkit serve` from a source tree (default: the installed bertkit), its access log
     in a temporary file (never a pipe left to fill)."""
 
-    def __init__(self, model: str, precision: str, source: str | None = None, compile: bool = False):
+    def __init__(self, model: str, precision: str, source: str | None = None, compile: bool = False,
+                 quantize: str = "none"):
         self.port, self.log = free_port(), tempfile.TemporaryFile()
         env, where = os.environ.copy(), None
         if source is not None:  # `python -m` puts its working folder first on the path: run it there
@@ -96,7 +97,7 @@ class ServerProcess:
             where, model = source, str(Path(model).resolve())
         self.started = time.perf_counter()
         self.process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", model,
-                                         "--port", str(self.port), "--precision", precision]
+                                         "--port", str(self.port), "--precision", precision, "--quantize", quantize]
                                         + (["--compile"] if compile else []),
                                         stdout=subprocess.DEVNULL, stderr=self.log, env=env, cwd=where)
 
@@ -157,24 +158,24 @@ def alternated(calls: dict, inputs: list[str], block: int) -> dict[str, list[flo
 
 
 def measure(model: str, inputs: list[str], precision: str, block: int, baseline: str | None,
-            compile: bool = False) -> dict:
-    servers = {"serve": ServerProcess(model, precision)}
+            compile: bool = False, quantize: str = "none") -> dict:
+    servers = {"serve": ServerProcess(model, precision, quantize=quantize)}
     try:
         cold = servers["serve"].first_answer(inputs[0])
         if baseline is not None:  # started after the first server's cold start, not beside it
-            servers["baseline serve"] = ServerProcess(model, precision, baseline)
+            servers["baseline serve"] = ServerProcess(model, precision, baseline, quantize=quantize)
             servers["baseline serve"].wait_healthy()
         if compile:  # `serve --compile` beside the default server (its start compiles, or loads the cache)
-            servers["compiled serve"] = ServerProcess(model, precision, compile=True)
+            servers["compiled serve"] = ServerProcess(model, precision, compile=True, quantize=quantize)
             cold["compiled_cold_start"] = servers["compiled serve"].first_answer(inputs[0])
         import torch
 
         import bertkit
         from bertkit.inference import InferenceEngine
 
-        engine = InferenceEngine(model, precision=precision)
+        engine = InferenceEngine(model, precision=precision, quantize=quantize)
         engine.warm_up()
-        pipe = bertkit.pipeline("sentence-embeddings", model=model, precision=precision)
+        pipe = bertkit.pipeline("sentence-embeddings", model=model, precision=precision, quantize=quantize)
 
         def in_inference_mode(call):
             def run(text):
@@ -185,7 +186,7 @@ def measure(model: str, inputs: list[str], precision: str, block: int, baseline:
         calls = {"engine": in_inference_mode(lambda text: engine.embeddings([text])),
                  "pipeline": in_inference_mode(lambda text: pipe(text))}
         if compile:
-            compiled = InferenceEngine(model, precision=precision, compile=True)
+            compiled = InferenceEngine(model, precision=precision, compile=True, quantize=quantize)
             compiled.warm_up()
             calls["compiled engine"] = in_inference_mode(lambda text: compiled.embeddings([text]))
         for name, server in servers.items():
@@ -215,7 +216,8 @@ def markdown(result: dict) -> str:
     engine = calls["engine"]["median_ms"]
     lines = [f"# bertkit serve, one client, one input at a time ({result['machine']['cpu_class']})", "",
              f"Run `{result['command']}` on {result['date']}: {result['model']}, {result['requests']} single-input "
-             f"calls each (4-40 words), alternated in blocks of {result['block']}, precision {result['precision']}, "
+             f"calls each (4-40 words), alternated in blocks of {result['block']}, precision {result['precision']}"
+             f"{', int8' if result.get('quantize') == 'int8' else ''}, "
              f"{result['machine']['cpu']}, load {result['load_average_at_start']} at start. The routes over one "
              "keep-alive connection, timed as the client sees them.", "",
              "| what | median ms | p90 ms | against the engine |", "|---|---:|---:|---|"]
@@ -256,6 +258,8 @@ def main(argv=None) -> int:
                         help="a second server from this source tree (its bertkit/ package), alternated with the first")
     parser.add_argument("--compile", action="store_true",
                         help="also `serve --compile` and the compiled engine (inference/compiled.py), in the same rotation")
+    parser.add_argument("--quantize", default="none", choices=("none", "int8"),
+                        help="int8: every server and engine with --quantize int8 (with --compile, the int8 graph)")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     model, label = args.model, args.model
@@ -270,9 +274,10 @@ def main(argv=None) -> int:
     result = {"command": " ".join(["serve_latency.py"] + (argv if argv is not None else sys.argv[1:])),
               "date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine,
               "model": label, "requests": args.requests, "block": args.block, "precision": args.precision,
+              "quantize": args.quantize,
               "client": "http.client, one keep-alive connection per server",
               "load_average_at_start": machine["load_average_at_start"]}
-    result.update(measure(model, inputs, args.precision, args.block, args.baseline, args.compile))
+    result.update(measure(model, inputs, args.precision, args.block, args.baseline, args.compile, args.quantize))
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out = Path(args.output) if args.output else HERE / "results" / machine["cpu_class"]
     out.mkdir(parents=True, exist_ok=True)
