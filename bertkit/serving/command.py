@@ -25,6 +25,7 @@ SIGTERM: uvicorn stops accepting, the accepted requests finish, the process exit
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import signal
 import socket
@@ -92,6 +93,11 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8080, max_concurr
             server = Server(engine, max_concurrent_requests, max_client_batch_size, max_batch_tokens, model_id,
                             max_body_bytes, log_format, warm_up=True, compute_threads=compute_threads)
             warm_up_s = time.perf_counter() - warm_up_started
+            # What is loaded by now (torch, the model, the server: ~170k objects for MiniLM) lives as
+            # long as the process: kept out of the collector's sight, so that a full collection
+            # during a request scans the requests' objects only (a full one took 80 ms on 2 cores).
+            gc.collect()
+            gc.freeze()
         except BaseException:
             sock.close()
             raise
