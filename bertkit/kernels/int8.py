@@ -265,11 +265,11 @@ def int8_for_graph(model: nn.Module) -> nn.Module:
     import copy
 
     swaps = {}
+    fused = {id(m.projection) for m in model.modules() if isinstance(m, Int8QKV)}  # copied with their Int8QKV
     for module in model.modules():
         if isinstance(module, Int8QKV):
             swaps[id(module)] = RowInt8QKV(module)
-        elif isinstance(module, Int8Linear) and not any(module is getattr(qkv, "projection", None)
-                                                         for qkv in model.modules() if isinstance(qkv, Int8QKV)):
+        elif isinstance(module, Int8Linear) and id(module) not in fused:
             swaps[id(module)] = RowInt8Linear(module)
     if not swaps:
         raise ValueError(f"{type(model).__name__} has no int8 layer (quantize_int8 makes them)")
