@@ -216,9 +216,11 @@ class RowInt8Linear(nn.Module):
     """An `Int8Linear` as plain tensor ops, for a graph compiled ahead (inference/compiled.py): the
     same int8 weights (per output channel), x quantised per row (per token, symmetric int8) inside
     the graph, int32 accumulation by `torch._int_mm`. The packed fbgemm weights and the per-call
-    outlier split of `Int8Linear` cannot be exported; this form can, and inductor's freezing passes
-    turn `_int_mm` followed by its two scales into oneDNN's int8 GEMM on weights packed once (VNNI,
-    AMX), the scales and the bias fused into the code after it. A scale per token rather than per
+    outlier split of `Int8Linear` cannot be exported; this form can: in the compiled graph
+    `_int_mm` is oneDNN's s8 x s8 -> s32 GEMM (VNNI, AMX) and inductor fuses the quantisation, the two
+    scales and the bias into the loops around it. (Written with `.to(torch.float32)`, which torch.export
+    records with a metadata check, inductor's pattern for oneDNN's prepacked `qlinear_pointwise` does
+    not fire; made to fire, it measured 0.82-1.00x this speed: docs/speed.md.) A scale per token rather than per
     tensor keeps one token's large channel (Bondarenko et al.) from coarsening every other token's
     values, which is what the outlier split is for in the eager path. Needs VNNI: without it oneDNN's
     int8 pair sums can saturate at int16 (the eager path's 7-bit `reduce_range` is fbgemm's)."""
