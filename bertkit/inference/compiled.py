@@ -85,7 +85,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "batch": [1, max(BATCH_LIMIT.values())]}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:{tensor.stride()}".encode())  # the layout is compiled in
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:32]
 

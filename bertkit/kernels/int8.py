@@ -229,7 +229,9 @@ class RowInt8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
         qweight, bias = torch.ops.quantized.linear_unpack(layer._packed)
-        self.register_buffer("weight", qweight.int_repr().t().contiguous())  # (in, out) int8, _int_mm's layout
+        # (in, out) as a transposed view of the (out, in) rows: oneDNN's s8 GEMM reads it 3-17% faster
+        # than the same values laid out (in, out) (40 rows, the encoder's shapes)
+        self.register_buffer("weight", qweight.int_repr().t())
         self.register_buffer("weight_scale", qweight.q_per_channel_scales().float())  # (out,)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
 
