@@ -61,7 +61,7 @@ PRECISIONS = ("fp32", "bf16", "int8")
 # The most inputs a call sends through the graph, per precision. It computes on the padded batch
 # (the eager engine unpads): past these sizes the padding costs more than the per-op work saved
 # (MiniLM, paired against eager: fp32 1.05x at 2 inputs, 0.86x at 4; bf16 1.35x at 2, 1.14x at 4,
-# 0.91x at 8; int8 1.44x at 2, 1.21x at 4, BERT-base 1.25x, 1.14x; docs/speed.md).
+# 0.91x at 8; int8 1.47x at 2, 1.22x at 4, BERT-base 1.38x, 1.13x; docs/speed.md).
 BATCH_LIMIT = {"fp32": 1, "bf16": 4, "int8": 4}
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
 
