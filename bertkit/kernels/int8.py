@@ -239,8 +239,7 @@ class RowInt8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         row_scale = flat.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0  # (N, 1); a zero row stays zero
         quantised = torch.round(flat / row_scale).to(torch.int8)
-        # This exact form (int32 -> fp32, times the row scale, times the weight scale, plus bias) is
-        # the one inductor's pattern recognises and packs.
+        # int32 -> fp32, times the row scale, times the weight scale, plus bias: one fused loop after the GEMM
         y = torch._int_mm(quantised, self.weight).to(torch.float32) * row_scale * self.weight_scale
         if self.bias is not None:
             y = y + self.bias
