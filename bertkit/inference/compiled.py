@@ -95,16 +95,17 @@ class CompiledLoneInput:
     `max_batch` (1 at fp32, 4 at bf16 and int8: `BATCH_LIMIT`) -> the head's outputs
     (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
-    eager bf16 path gives them)."""
+    eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
+    (kernels/int8.int8_for_graph)."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
                  precision: str = "fp32"):
         _check_can_compile(model, precision)
+        if max_length < MIN_LENGTH + 1:
+            raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
         self.precision = precision
         if precision == "int8":  # the int8 layers as exportable ops; the copy goes once compiled
             model = int8_for_graph(model)
-        if max_length < MIN_LENGTH + 1:
-            raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
         self.output_names, self.max_length = tuple(output_names), max_length
         self.max_batch = BATCH_LIMIT[precision]
         folder = cache_dir()

@@ -310,7 +310,7 @@ class InferenceEngine:
             self.forward([row(n)])
         if lone:  # a batch of several: the unpadded path and its row counts
             self.forward([row(n) for n in lone])
-        if self.compile:  # the small batches the compiled graph takes (bf16), at the batch buckets' lengths
+        if self.compile:  # the small batches the compiled graph takes (bf16, int8), at the batch buckets' lengths
             for size in range(2, self._compiled_runner().max_batch + 1):
                 for n in range(LENGTH_BUCKET, min(128, limit) + 1, LENGTH_BUCKET):
                     self.forward([row(n)] * size)
