@@ -124,6 +124,37 @@ def inference_row(device, size, rounds, precision, batch_size=32, batches=8):
     return row
 
 
+def agreement_row(device, size, batch_size=8):
+    """Do the numbers hold on this device? fp32 (TF32 off), padded variable-length inputs: bertkit's
+    last hidden states at real tokens against transformers (sdpa) on the same device, and against
+    bertkit on the CPU; bf16 autocast against fp32 on the device, for scale."""
+    from bertkit import BertModel
+    config = config_for(size)
+    torch.manual_seed(0)
+    cpu_model = BertModel(config).eval()
+    ours = BertModel(config).to(device).eval()
+    ours.load_state_dict(cpu_model.state_dict())
+    theirs = bench_common.transformers_twin(ours).to(device).eval()
+    batch = bench_common.variable_length_batches(config, batch_size, 1)[0]
+    real = batch["attention_mask"].bool()
+    on_device = {k: v.to(device) for k, v in batch.items()}
+    matmul_tf32, cudnn_tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            mine = ours(**on_device).last_hidden_state.float().cpu()
+            reference = theirs(**on_device).last_hidden_state.float().cpu()
+            on_cpu = cpu_model(**batch).last_hidden_state
+            with autocast_for(device, "bf16"):
+                in_bf16 = ours(**on_device).last_hidden_state.float().cpu()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul_tf32, cudnn_tf32
+    return {"max_abs_vs_transformers": float((mine - reference)[real].abs().max()),
+            "max_abs_vs_cpu": float((mine - on_cpu)[real].abs().max()),
+            "max_abs_bf16_vs_fp32": float((in_bf16 - mine)[real].abs().max()),
+            "tokens": int(real.sum())}
+
+
 def markdown(result: dict) -> str:
     pre, inf = result["pretraining"], result["inference"]
     lines = [f"# CUDA: bertkit against transformers (sdpa) on {result['device_name']}", "",
@@ -139,6 +170,14 @@ def markdown(result: dict) -> str:
              f"| transformers sdpa (measured) | {pre['transformers_tokens_per_s']:,.0f} |"]
     for name, value in result["published"].items():
         lines.append(f"| {name} | {'not filled' if value is None else f'{value:,.0f}'} |")
+    agree = result.get("agreement")
+    if agree:
+        lines += ["", f"Agreement, fp32 with TF32 off, {agree['tokens']} real tokens of padded variable-length inputs "
+                  "(largest absolute difference of the last hidden states):", "",
+                  "| bertkit on this device against | max abs |", "|---|---|",
+                  f"| transformers (sdpa), same device | {agree['max_abs_vs_transformers']:.2e} |",
+                  f"| bertkit on the CPU | {agree['max_abs_vs_cpu']:.2e} |",
+                  f"| itself in bf16 autocast (for scale) | {agree['max_abs_bf16_vs_fp32']:.2e} |"]
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +196,7 @@ def main(argv=None) -> dict:
               "pretraining": pretraining_row(device, size, batch_size, rounds, precision),
               "inference": inference_row(device, size, rounds, precision, batch_size=4 if args.quick else 32,
                                          batches=2 if args.quick else 8),
+              "agreement": agreement_row(device, size),
               "published": PUBLISHED}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -9,9 +9,10 @@
 # Usage, from the repository root:  bash benchmarks/cuda_check.sh
 # Dry run on a machine without a GPU (the same commands, tiny, on the CPU; the tests on the faked
 # device; results under a temporary folder):  DEVICE=cpu bash benchmarks/cuda_check.sh
-# The machine's python3 has torch (2.11, CUDA 13), transformers, sentence-transformers. bertkit is
-# installed with --no-deps; pytest (and pluggy, iniconfig), if missing, from wheels in $WHEELS
-# (default benchmarks/wheels; make them here with `pip download pytest -d benchmarks/wheels`).
+# The machine's python3 has torch (2.11, CUDA 13), transformers, sentence-transformers, pytest. bertkit
+# is installed with --no-deps; what else it imports comes from wheels in $WHEELS (default .whl, which
+# .git/info/exclude ignores; make them here with the `pip download --python-version 3.12 --platform
+# manylinux...` line of the device tool's notes, and carry the folder).
 # The top-level tests/conftest.py needs the 88 MB all-MiniLM-L6-v2 test package: the fake_cuda
 # tests are run with --confcutdir so that they need nothing beyond their own folder.
 # Each step has its own time limit (together 7.5 minutes); a failed step is reported and the
@@ -19,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-WHEELS=${WHEELS:-benchmarks/wheels}
+WHEELS=${WHEELS:-.whl}
 DEVICE=${DEVICE:-cuda}
 WORK=$(mktemp -d)
 if [ "$DEVICE" = cpu ]; then  # the dry run
@@ -44,8 +45,16 @@ step() {  # step NAME SECONDS COMMAND...: run it under a time limit, remember a 
 
 log "torch: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))')"
 if [ "$INSTALL" = 1 ]; then
-    $PY -m pip install --no-deps -q -e . || { log "FAILED: pip install --no-deps -e ."; exit 2; }
-    $PY -c "import pytest" 2>/dev/null || $PY -m pip install --no-deps --no-index -q "$WHEELS"/*.whl
+    # No network there: no build isolation (it would fetch setuptools); the source tree on the
+    # path if even that fails. The wheels in $WHEELS (bertkit's own needs that image lacks: pysbd,
+    # google-crc32c, starlette, uvicorn, httptools, orjson) go to a folder of their own.
+    if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WHEELS"/*.whl \
+            && export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}" || log "FAILED: the wheels in $WHEELS"
+    fi
+    $PY -m pip install --no-deps --no-build-isolation -q -e . \
+        || { log "pip install -e . failed: the source tree on PYTHONPATH instead"; export PYTHONPATH="$PWD:${PYTHONPATH:-}"; }
+    $PY -c "import bertkit, pytest" || { log "FAILED: bertkit or pytest does not import"; exit 2; }
 fi
 
 log "1/3 fake_cuda tests on the $TEST_DEVICE device"
