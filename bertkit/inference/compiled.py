@@ -82,6 +82,8 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
+             # what each module computes (the state dict names the tensors, not the code around them)
+             "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              "batch": [1, max(BATCH_LIMIT.values())]}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():

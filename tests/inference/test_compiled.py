@@ -12,7 +12,7 @@ from bertkit import pipeline
 from bertkit.inference import InferenceEngine
 from bertkit.device import CpuFeatures, cpu_features
 from bertkit.inference import compiled as compiled_module
-from bertkit.kernels.int8 import Int8Linear, RowInt8Linear, int8_for_graph
+from bertkit.kernels.int8 import GeluRowInt8Linear, Int8Linear, RowInt8Linear, int8_for_graph, quantize_int8
 
 TEXTS = ["hi", "a short query", "a somewhat longer sentence about searching " * 4, "word " * 90]
 
@@ -152,6 +152,61 @@ def test_a_row_int8_linear_is_per_token_int8_of_the_same_weights():
     exact = layer(x).detach().reshape(-1, 24)
     others = [i for i in range(10) if i != 1]
     assert (torch.from_numpy(got)[others] - exact[others]).abs().max() < 0.02
+
+
+def test_the_gelu_fed_projection_quantises_the_gelu_on_its_input_rows_maximum():
+    """GeluRowInt8Linear(h) against the definition, in numpy: GELU(h) quantised per row on
+    max(the row's maximum of h, 0.17) / 127, an upper bound of |GELU| (GELU(x) < x for x > 0, GELU > -0.17),
+    so no value leaves [-127, 127]: rows with a large maximum, one wholly negative, one near zero."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 16)
+    eager = Int8Linear(layer)
+    fed = GeluRowInt8Linear(eager)
+    h = torch.randn(6, 64) * 2
+    h[1] = -torch.rand(64) * 5  # GELU of it in (-0.17, 0]: quantised on 0.17 / 127
+    h[2] = torch.rand(64) * 0.1
+    h[3, 5] = 40.0  # one large pre-activation: that row's scale only
+    qweight, _ = torch.ops.quantized.linear_unpack(eager._packed)
+    w = qweight.int_repr().numpy().astype(np.int64)
+    w_scale = qweight.q_per_channel_scales().numpy()
+    x = h.numpy().astype(np.float64)
+    gelu = torch.nn.functional.gelu(h.double()).numpy()
+    scale = np.maximum(x.max(1, keepdims=True), 0.17) / 127.0
+    q = np.round(gelu / scale)
+    assert np.abs(q).max() <= 127  # the bound holds: int8 never wraps
+    want = (q.astype(np.int64) @ w.T) * scale * w_scale + layer.bias.detach().numpy()
+    np.testing.assert_allclose(fed(h).detach().numpy(), want, rtol=1e-5, atol=1e-5)
+    # close to the projection of the exact GELU output quantised on its own maximum
+    exact_rows = RowInt8Linear(eager)(torch.nn.functional.gelu(h))
+    assert (fed(h) - exact_rows).abs().max() < 0.05
+
+
+def test_the_graph_copy_moves_the_exact_gelu_into_the_output_projection(tiny_model, tmp_path):
+    """int8_for_graph: behind the exact GELU the feed-forward output projection takes the
+    pre-activations (the intermediate's activation becomes the identity) and computes what the
+    plain per-token form (GELU in the intermediate, its output quantised on its own maximum) does,
+    within int8's rounding; a tanh-GELU model keeps its GELU where it was. The source model is untouched."""
+    ids = torch.randint(5, 90, (1, 12))
+    for act, moved in (("gelu", True), ("gelu_new", False)):
+        model = BertModel.from_pretrained(tiny_model(BertModel, tmp_path / act, hidden_act=act)).eval()
+        activation = model.encoder.layer[0].intermediate.act
+        quantize_int8(model)
+        graph = int8_for_graph(model)
+        for layer, source in zip(graph.encoder.layer, model.encoder.layer):
+            assert isinstance(layer.output.dense, GeluRowInt8Linear) is moved
+            assert (layer.intermediate.act is activation) is not moved
+            assert source.intermediate.act is activation and type(source.output.dense) is Int8Linear
+        if not moved:
+            continue
+        by_hand = int8_for_graph(model)
+        for layer in by_hand.encoder.layer:
+            plain = RowInt8Linear.__new__(RowInt8Linear)
+            plain.__dict__.update(layer.output.dense.__dict__)
+            layer.output.dense, layer.intermediate.act = plain, activation
+        with torch.no_grad():
+            got = graph(ids, torch.ones_like(ids)).last_hidden_state
+            want = by_hand(ids, torch.ones_like(ids)).last_hidden_state
+        assert 0 < (got - want).abs().max() < 0.05  # not the same module, the same numbers to int8's rounding
 
 
 @pytest.mark.skipif(not cpu_features().vnni, reason="compile at int8 needs VNNI; refused without it (test above)")
