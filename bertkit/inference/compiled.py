@@ -21,6 +21,8 @@ bf16 1.49-1.66x (docs/speed.md).
 Compiling takes tens of seconds (MiniLM 20-40 s on 2 cores) and a C++ compiler, so it is done once
 per model, CPU and thread count and kept in a cache folder (`BERTKIT_COMPILE_CACHE`, default
 `$XDG_CACHE_HOME/bertkit/compiled`); later processes load the package in a fraction of a second.
+The folder is kept under `BERTKIT_COMPILE_CACHE_GB` (default 5): making a package deletes the least
+recently used ones past that size.
 The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, the
 precision, torch's version, the CPU's instruction sets and the thread count (the generated kernels
 are built for those). fp32 or bf16 on the CPU: the numbers are the eager model's within float
@@ -42,6 +44,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +60,12 @@ from .export import _Exported
 log = logging.getLogger("bertkit")
 
 CACHE_ENV = "BERTKIT_COMPILE_CACHE"
+CACHE_LIMIT_ENV = "BERTKIT_COMPILE_CACHE_GB"
+# Packages hold their model's weights (all-MiniLM-L6-v2 ~60-90 MB, BERT-base ~0.45 GB) and every new
+# model, precision, thread count or bertkit version adds one: past this size the least recently
+# used go when a new one is made.
+CACHE_LIMIT_GB = 5.0
+STALE_WORK_SECONDS = 24 * 3600
 PRECISIONS = ("fp32", "bf16", "int8")
 # The most inputs a call sends through the graph, per precision. It computes on the padded batch
 # (the eager engine unpads): past these sizes the padding costs more than the per-op work saved
@@ -64,6 +73,67 @@ PRECISIONS = ("fp32", "bf16", "int8")
 # 0.91x at 8; int8 1.47x at 2, 1.22x at 4, BERT-base 1.38x, 1.13x; docs/speed.md).
 BATCH_LIMIT = {"fp32": 1, "bf16": 4, "int8": 4}
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
+
+
+def cache_limit_bytes() -> int:
+    text = os.environ.get(CACHE_LIMIT_ENV, "").strip()
+    if not text:
+        return int(CACHE_LIMIT_GB * 1e9)
+    try:
+        limit = float(text)
+    except ValueError:
+        limit = -1.0
+    if not limit >= 0 or limit == float("inf"):
+        raise BertkitError(f"{CACHE_LIMIT_ENV} must be a size in GB (a number, 0 or more), not {text!r}")
+    return int(limit * 1e9)
+
+
+def prune_cache(folder: Path, keep: Path, limit: int) -> list[Path]:
+    """Delete the least recently used packages in `folder` (by modification time: a load touches
+    its package) until the rest total at most `limit` bytes; `keep`, the package just made, stays
+    whatever its size. Also deletes the work folders of compiles killed over a day ago. Returns the
+    packages deleted; a file that cannot be deleted is left, and said."""
+    packages = []
+    for path in folder.glob("*.pt2"):
+        try:
+            stat = path.stat()
+        except OSError:  # deleted meanwhile by another process
+            continue
+        packages.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in packages)
+    removed = []
+    for _, size, path in sorted(packages, key=lambda item: item[0]):
+        if total <= limit:
+            break
+        if path == keep:
+            continue
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning(f"compile cache: cannot delete {path} ({e.strerror})")
+            continue
+        total -= size
+        removed.append(path)
+    for work in folder.glob(".compiling-*"):  # left by a compile that was killed (a live one is minutes old)
+        try:
+            if time.time() - work.stat().st_mtime > STALE_WORK_SECONDS:
+                shutil.rmtree(work)
+        except OSError:
+            pass
+    if removed:
+        log.warning(f"compile cache over {limit / 1e9:g} GB ({CACHE_LIMIT_ENV}): deleted {len(removed)} least recently "
+                    f"used package(s) from {folder}")
+    return removed
+
+
+def _mark_used(path: Path) -> None:
+    """A loaded package is the most recently used one (prune_cache deletes the least recent)."""
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache folder: nothing will be pruned there either
+        pass
 
 
 def cache_dir() -> Path:
@@ -114,9 +184,13 @@ class CompiledLoneInput:
         key = cache_key(model, self.output_names, max_length, precision)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
-        if not self.path.is_file():
+        limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
+        if self.path.is_file():
+            _mark_used(self.path)
+        else:
             self._compile(model, folder)
             self.compiled_now = True
+            prune_cache(folder, self.path, limit)
         try:
             # The package's own C++ loader, not torch._inductor.aoti_load_package: that one imports
             # inductor and dynamo (1.6 s on 2 cores), probes the CPU's vector ISA in subprocesses

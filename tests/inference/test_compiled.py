@@ -2,6 +2,9 @@
 compiled ahead gives the eager engine's numbers; the package is made once and then loaded from the
 cache, a new one when the weights change; what compile cannot run is refused in one line."""
 
+import os
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -80,9 +83,12 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     assert len(packages) == 2 and fast._compiled.compiled_now
     compiles = []
     monkeypatch.setattr(compiled_module.CompiledLoneInput, "_compile", lambda self, *a: compiles.append(a))
+    day_ago = time.time() - 86400
+    os.utime(fast._compiled.path, (day_ago, day_ago))
     again = InferenceEngine(model_dir, compile=True)
     again.warm_up()
     assert compiles == [] and not again._compiled.compiled_now and again._compiled.path == fast._compiled.path
+    assert again._compiled.path.stat().st_mtime > day_ago + 3600  # loaded: now the most recently used (prune_cache)
     rows = again.encode(["a short query"])
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
@@ -98,6 +104,34 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
             fast._compiled.path.name
     finally:
         torch.set_num_threads(1)
+
+
+def test_the_cache_deletes_the_least_recently_used_packages_past_its_limit(tmp_path, monkeypatch):
+    """prune_cache: oldest first (a load touches its package), down to the limit; the package just
+    made stays even when it alone is over; a killed compile's day-old work folder goes, a live one stays."""
+    sizes = {"a": 300, "b": 200, "c": 100, "new": 500}
+    for age, name in enumerate(("new", "c", "b", "a")):  # a is the least recently used
+        path = tmp_path / f"{name}.pt2"
+        path.write_bytes(b"x" * sizes[name])
+        os.utime(path, (time.time() - 100 * age, time.time() - 100 * age))
+    (tmp_path / "notes.txt").write_text("not a package")
+    old_work, live_work = tmp_path / ".compiling-old", tmp_path / ".compiling-live"
+    for work in (old_work, live_work):
+        work.mkdir()
+        (work / "model.pt2").write_bytes(b"y" * 1000)
+    os.utime(old_work, (time.time() - 2 * 86400, time.time() - 2 * 86400))
+    removed = compiled_module.prune_cache(tmp_path, tmp_path / "new.pt2", 800)
+    assert [p.name for p in removed] == ["a.pt2"]  # 1100 bytes -> 800
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".compiling-live", "b.pt2", "c.pt2", "new.pt2", "notes.txt"]
+    compiled_module._mark_used(tmp_path / "b.pt2")  # used now: c is the oldest
+    assert [p.name for p in compiled_module.prune_cache(tmp_path, tmp_path / "new.pt2", 0)] == ["c.pt2", "b.pt2"]
+    assert (tmp_path / "new.pt2").exists()
+    monkeypatch.setenv(compiled_module.CACHE_LIMIT_ENV, "0.5")
+    assert compiled_module.cache_limit_bytes() == 500_000_000
+    for bad in ("lots", "-1", "nan", "inf"):
+        monkeypatch.setenv(compiled_module.CACHE_LIMIT_ENV, bad)
+        with pytest.raises(BertkitError, match="BERTKIT_COMPILE_CACHE_GB must be a size in GB"):
+            compiled_module.cache_limit_bytes()
 
 
 def test_a_damaged_package_is_named_in_one_line(tiny_model_dir, cache, monkeypatch, one_thread):
