@@ -36,6 +36,11 @@ from .linear import ProjectedWithQuery, QKVProjection
 
 QUANTIZE_CHOICES = ("none", "int8")
 OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32 (LLM.int8()'s value)
+# Rows (tokens in the call) from which a CPU with AMX runs the int8 GEMM through oneDNN's AMX
+# kernels rather than fbgemm's VNNI ones: the dynamic Linear alone, MiniLM's and BERT-base's four
+# shapes, oneDNN's over fbgemm's speed 0.96x / 1.08x at 40 rows, 1.12-1.37x at 160, 1.17-1.42x at
+# 320-1280; a whole lone input through oneDNN measured 0.70-0.90x fbgemm's speed (docs/speed.md).
+AMX_ROWS = 128
 GELU_FLOOR = -0.17  # the exact GELU's least value (-0.16997 at x = -0.7518): its output never lies below
 # Said where int8 buys no speed: measured on a 2-core AVX2-only EPYC (no VNNI),
 # all-MiniLM-L6-v2 int8 34.9 against fp32 36.7 sequences/s, BERT-base 5.24 against 5.16
@@ -79,6 +84,9 @@ class Int8Linear(nn.Module):
                                                  torch.qint8)
         bias = None if layer.bias is None else layer.bias.detach().float().clone()
         self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
+        # A second pack of the same int8 weights for oneDNN's AMX kernels (CPUs with AMX-BF16 have
+        # AMX-INT8 too), taken from AMX_ROWS rows on: the call runs the kernels of the pack it is given.
+        self._packed_amx = _onednn_pack(qweight, bias) if cpu_features().amx else None
         self.reduce_range = not cpu_features().vnni
         self.outlier_threshold = outlier_threshold
         # The least value the input can hold, where it is known (the exact GELU's output): past the
@@ -100,19 +108,20 @@ class Int8Linear(nn.Module):
     def gemm(self, x: torch.Tensor, overwrite_input: bool = False) -> torch.Tensor:
         """forward, for an input already fp32, contiguous and outside autograd (the inference flat
         loop's, inference/frozen.py): three dispatched no-op calls fewer per GEMM."""
+        packed = self._packed if self._packed_amx is None or x.numel() < AMX_ROWS * self.in_features else self._packed_amx
         if self.outlier_threshold is None:
-            return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
+            return torch.ops.quantized.linear_dynamic(x, packed, self.reduce_range)
         flat = x.view(-1, self.in_features)  # (N, in)
         split = None if flat.shape[0] == 0 else self._outlier_split(flat)
         if split is None:
-            return torch.ops.quantized.linear_dynamic(x, self._packed, self.reduce_range)
+            return torch.ops.quantized.linear_dynamic(x, packed, self.reduce_range)
         outliers, columns = split
         kept = flat.index_select(1, outliers)  # (N, k)
         # The int8 GEMM takes its range from the whole tensor: zero the outlier channels in place for it
         # and put them back after (a copy of the input would be the split's largest cost).
         flat.index_fill_(1, outliers, 0.0)
         try:
-            y = torch.ops.quantized.linear_dynamic(flat, self._packed, self.reduce_range)  # (N, out)
+            y = torch.ops.quantized.linear_dynamic(flat, packed, self.reduce_range)  # (N, out)
         finally:
             if not overwrite_input:
                 flat.index_copy_(1, outliers, kept)
@@ -149,6 +158,19 @@ class Int8Linear(nn.Module):
     def extra_repr(self) -> str:
         outliers = "" if self.outlier_threshold is None else f", fp32 channels past {self.outlier_threshold}"
         return f"in_features={self.in_features}, out_features={self.out_features}, int8{outliers}"
+
+
+def _onednn_pack(qweight: torch.Tensor, bias: torch.Tensor | None):
+    """The int8 weights prepacked by torch's "onednn" quantisation engine, or None where it has none."""
+    engines = torch.backends.quantized.supported_engines
+    if "onednn" not in engines:
+        return None
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = "onednn"
+    try:
+        return torch.ops.quantized.linear_prepack(qweight, bias)
+    finally:
+        torch.backends.quantized.engine = previous
 
 
 class Int8QKV(QKVProjection):

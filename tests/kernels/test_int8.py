@@ -18,6 +18,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification
 from bertkit.inference import InferenceEngine
 from bertkit.device import cpu_features
+from bertkit.kernels import int8 as int8_module
 from bertkit.kernels.int8 import GELU_FLOOR, NO_VNNI_NOTE, Int8Linear, Int8QKV, quantize_int8
 from bertkit.kernels.linear import ProjectedWithQuery
 from bertkit.model import BertModel
@@ -51,6 +52,42 @@ def test_int8_linear_matches_a_quantised_reference():
     bound = step * wq.abs().sum(1).max()
     assert (got.double() - exact).abs().max() <= bound
     assert (got.double() - exact).abs().max() < 0.1 * (exact - layer.bias.detach().double()).abs().mean()
+
+
+@pytest.mark.skipif("onednn" not in torch.backends.quantized.supported_engines, reason="torch built without oneDNN's int8")
+@pytest.mark.parametrize("outliers", [None, 6.0])
+def test_on_an_amx_cpu_large_calls_take_onednns_pack_of_the_same_weights(monkeypatch, outliers):
+    """With AMX, an Int8Linear also holds oneDNN's pack of its int8 weights and gives it every call
+    of AMX_ROWS rows or more; smaller calls keep fbgemm's. Both are the same int8 model: each call's
+    error against the fp64 quantised reference stays within the quantisation bound. Without AMX
+    there is no second pack."""
+    monkeypatch.setattr(int8_module, "cpu_features", lambda: dataclasses.replace(cpu_features(), amx=True))
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    linear = Int8Linear(layer, outlier_threshold=outliers)
+    assert linear._packed_amx is not None
+    given = []
+    real = torch.ops.quantized.linear_dynamic
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", lambda x, packed, r: given.append(packed) or real(x, packed, r),
+                        raising=False)
+    w = layer.weight.detach().double()
+    scale = w.abs().amax(1, keepdim=True) / 127
+    wq = torch.round(w / scale).clamp(-127, 127) * scale
+    for rows, pack in ((int8_module.AMX_ROWS - 1, linear._packed), (int8_module.AMX_ROWS, linear._packed_amx),
+                       (3 * int8_module.AMX_ROWS, linear._packed_amx)):
+        x = torch.randn(rows, 64)
+        if outliers is not None:
+            x[:, 3] *= 10  # one channel past the threshold: the split path hands over the same pack
+        got = linear(x)
+        assert given[-1] is pack
+        exact = x.double() @ wq.T + layer.bias.detach().double()
+        kept = x.clone()
+        if outliers is not None:
+            kept[:, 3] = 0
+        step = float(kept.max() - kept.min()) / (127 if linear.reduce_range else 255)
+        assert (got.double() - exact).abs().max() <= step * wq.abs().sum(1).max()
+    monkeypatch.setattr(int8_module, "cpu_features", lambda: dataclasses.replace(cpu_features(), amx=False))
+    assert Int8Linear(layer)._packed_amx is None
 
 
 def test_outlier_channels_leave_the_int8_range_and_are_multiplied_in_fp32():
