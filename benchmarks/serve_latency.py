@@ -11,7 +11,9 @@ user would (`python -m bertkit serve --model MODEL`), and measures
   /v1/embeddings (OpenAI's route) over one keep-alive connection, as API clients hold one; median
   and p90 milliseconds as the caller sees them (HTTP included for the routes);
 * the server's own view of the same /embed requests: its access log's queue, compute and whole
-  duration, medians.
+  duration, medians;
+* after a rest: the same calls, each alone after 0.1 s without any (the calls taking turns input by
+  input), as a lone client's requests arrive: threads asleep, caches cooled.
 
 The four are alternated in blocks of `--block` calls back to back, the order reversed every
 round, so that a change of load on the machine falls on all of them alike. Before each block the
@@ -52,6 +54,8 @@ sys.path.insert(0, str(HERE))
 from serve_load import WORDS, free_port  # noqa: E402
 
 REST_S = 0.03  # between blocks: longer than the ~10 ms an OpenMP worker spins after its last region
+REST_BEFORE_CALL_S = 0.1  # the rested pass: each call alone after this long without any
+RESTED_CALLS = 40
 
 
 def texts(count: int, seed: int = 0) -> list[str]:
@@ -157,6 +161,20 @@ def alternated(calls: dict, inputs: list[str], block: int) -> dict[str, list[flo
     return times
 
 
+def after_rest(calls: dict, inputs: list[str]) -> dict[str, list[float]]:
+    """Milliseconds per call, each after REST_BEFORE_CALL_S without any call: how a lone client's
+    requests arrive (threads asleep, caches cooled); the calls take turns input by input."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for number, text in enumerate(inputs):
+        for name in names if number % 2 == 0 else names[::-1]:
+            time.sleep(REST_BEFORE_CALL_S)
+            start = time.perf_counter()
+            calls[name](text)
+            times[name].append(1000 * (time.perf_counter() - start))
+    return times
+
+
 def measure(model: str, inputs: list[str], precision: str, block: int, baseline: str | None,
             compile: bool = False, quantize: str = "none") -> dict:
     servers = {"serve": ServerProcess(model, precision, quantize=quantize)}
@@ -198,6 +216,7 @@ def measure(model: str, inputs: list[str], precision: str, block: int, baseline:
             for text in inputs[:3]:
                 call(text)
         times = alternated(calls, inputs, block)
+        rested = after_rest(calls, inputs[:RESTED_CALLS])
     finally:
         for server in servers.values():
             server.stop()
@@ -208,7 +227,8 @@ def measure(model: str, inputs: list[str], precision: str, block: int, baseline:
     cold["first_request_access_log"] = servers["serve"].access_log("/embed")[0]
     if compile:
         cold["compiled_cold_start"]["first_request_access_log"] = servers["compiled serve"].access_log("/embed")[0]
-    return {**cold, "calls": {name: summary(ms) for name, ms in times.items()}, "access_log_embed": access}
+    return {**cold, "calls": {name: summary(ms) for name, ms in times.items()},
+            "calls_after_rest": {name: summary(ms) for name, ms in rested.items()}, "access_log_embed": access}
 
 
 def markdown(result: dict) -> str:
@@ -228,6 +248,16 @@ def markdown(result: dict) -> str:
                    else f"+{row['median_ms'] - base:.2f} ms")
         where = "in process" if name in ("engine", "pipeline", "compiled engine") else "HTTP, client side"
         lines.append(f"| {name} ({where}) | {row['median_ms']:.2f} | {row['p90_ms']:.2f} | {against} |")
+    rested = result.get("calls_after_rest")
+    if rested:
+        lines += ["", f"Each call alone after {REST_BEFORE_CALL_S:g} s without any ({RESTED_CALLS} inputs, the calls taking "
+                  "turns): how a lone client's requests arrive.", "",
+                  "| what, after a rest | median ms | p90 ms | against the engine after a rest |", "|---|---:|---:|---|"]
+        for name, row in rested.items():
+            base = rested["compiled engine"]["median_ms"] if name.startswith("compiled serve") else rested["engine"]["median_ms"]
+            against = (f"{row['median_ms'] / rested['engine']['median_ms']:.2f}x" if name in ("engine", "pipeline", "compiled engine")
+                       else f"+{row['median_ms'] - base:.2f} ms")
+            lines.append(f"| {name} | {row['median_ms']:.2f} | {row['p90_ms']:.2f} | {against} |")
     lines += ["", "The server's access log, its /embed requests after the first, medians: " + "; ".join(
         f"{name}: queue {v['queue_ms']:.2f} ms, compute {v['compute_ms']:.2f} ms, whole request "
         f"{v['duration_ms']:.2f} ms" for name, v in result["access_log_embed"].items()) + ".", ""]

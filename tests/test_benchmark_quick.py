@@ -206,12 +206,29 @@ def test_serve_latency_report_compares_every_door_with_the_engine():
                         "serve /v1/embeddings": row(6.8)},
               "access_log_embed": {"serve": {"queue_ms": 0.05, "compute_ms": 5.8, "duration_ms": 6.2}}}
     text = serve_latency.markdown(result)
+    assert "after a rest" not in text  # results from before the rested pass still render
+    result["calls_after_rest"] = {"engine": row(8.0), "pipeline": row(8.4), "serve /embed": row(9.1)}
+    text = serve_latency.markdown(result)
+    assert "| serve /embed | 9.10 | 13.65 | +1.10 ms |" in text and "| pipeline | 8.40 | 12.60 | 1.05x |" in text
     assert "| pipeline (in process) | 6.30 | 9.45 | 1.05x |" in text
     assert "| serve /embed (HTTP, client side) | 6.50 | 9.75 | +0.50 ms |" in text
     assert "serve: queue 0.05 ms, compute 5.80 ms, whole request 6.20 ms" in text
     assert "first answer 3.20 s" in text and "9.0 ms, 1.38x the steady /embed median" in text
     assert "queue 0.10 ms, compute 7.50 ms, whole request 8.40 ms." in text
     assert len(serve_latency.texts(5)) == 5 and serve_latency.texts(5) == serve_latency.texts(5)
+
+
+def test_serve_latency_rests_before_every_call_of_the_rested_pass(monkeypatch):
+    import serve_latency
+
+    slept, seen = [], []
+    monkeypatch.setattr(serve_latency.time, "sleep", lambda s: slept.append(s) or seen.append("rest"))
+    calls = {name: (lambda text, name=name: seen.append((name, text))) for name in "ab"}
+    times = serve_latency.after_rest(calls, ["t0", "t1", "t2"])
+    assert {name: len(ms) for name, ms in times.items()} == {"a": 3, "b": 3}
+    assert seen == ["rest", ("a", "t0"), "rest", ("b", "t0"), "rest", ("b", "t1"), "rest", ("a", "t1"),
+                    "rest", ("a", "t2"), "rest", ("b", "t2")]
+    assert set(slept) == {serve_latency.REST_BEFORE_CALL_S}
 
 
 def test_serve_latency_alternates_blocks_each_kind_timing_every_input(monkeypatch):

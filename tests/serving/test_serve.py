@@ -324,3 +324,39 @@ def test_serve_puts_what_it_loaded_out_of_the_collectors_sight_before_listening(
     finally:
         gc.unfreeze()
     assert seen["frozen"] > 10_000  # torch's modules and the model's objects, frozen before listening
+
+
+SPIN_PROBE = """
+import os, sys
+seen = {}
+class Probe:  # records GOMP_SPINCOUNT when torch is first imported (libgomp reads it then)
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and "torch" not in seen:
+            seen["torch"] = os.environ.get("GOMP_SPINCOUNT")
+        return None
+sys.meta_path.insert(0, Probe())
+from bertkit import cli
+rc = cli.main(sys.argv[1:])
+print("SEEN", seen.get("torch", "not imported"), rc)
+"""
+
+
+@pytest.mark.parametrize("command, env, expected", [
+    (["serve", "--model", "/no/such/model"], {}, "10000"),  # serve: set before torch is imported
+    (["serve", "--model", "/no/such/model"], {"GOMP_SPINCOUNT": "777"}, "777"),  # the user's own value stays
+    (["predict", "text-classification", "--model", "/no/such/model", "--input", "x.jsonl"], {}, "None"),  # serve only
+])
+def test_serve_has_openmps_workers_stop_spinning_soon_after_a_forward(command, env, expected, tmp_path):
+    """`bertkit serve` sets libgomp's spin count (cli.SERVE_GOMP_SPINCOUNT) before torch loads libgomp,
+    which reads it once: a worker spinning after a short forward held the CPU that the event loop,
+    woken to answer, was queued on (docs/serving.md)."""
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"} | env
+    out = subprocess.run([sys.executable, "-c", SPIN_PROBE, *command], capture_output=True, text=True, env=environ,
+                         cwd=tmp_path, timeout=300)
+    seen = [line for line in out.stdout.splitlines() if line.startswith("SEEN")]
+    assert seen and seen[0].split()[1] == expected, (out.stdout, out.stderr[-2000:])
+    assert seen[0].split()[2] == "2"  # the missing model: one error line, after torch was loaded
