@@ -121,8 +121,8 @@ def chosen_command(argv: list[str]) -> set[str]:
 # server had been 0.1 s without requests (MiniLM, compiled bf16 and int8, 2 vCPUs); with an explicit
 # count, 0.1 ms (10,000 and 30,000,000 alike; why the default does this was not established: libgomp
 # throttles its spinning once it manages more threads than there are CPUs, as a server's loop, batcher
-# and tokenizer threads make it). 10,000 rounds end within about a millisecond, so the worker does not
-# hold a core between requests. Whole requests as the client saw them, the default against this,
+# and tokenizer threads make it). 10,000 rounds are a thirtieth of the default's, so the worker does
+# not hold a core long between requests. Whole requests as the client saw them, the default against this,
 # after 0.1 s of rest / back to back: compiled int8 9.4-9.6 -> 6.4-6.7 ms / 5.6-5.9 -> 5.0-5.4,
 # compiled fp32 10.3-10.9 -> 8.8-9.0 / 8.6-9.0 -> 7.3-7.6, eager fp32 11.2-11.8 -> 10.4-10.7 /
 # 9.8-10.4 -> 8.8-9.1, eager int8 10.5 -> 9.7 / 8.4 -> 7.6 (docs/serving.md). libgomp reads it
