@@ -191,8 +191,9 @@ def print_error(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
-        prepare_openmp(chosen_command(argv))  # before the command's module imports torch
-        parser = build_parser(chosen_command(argv))
+        commands = chosen_command(argv)
+        prepare_openmp(commands)  # before the command's module imports torch
+        parser = build_parser(commands)
         args = parser.parse_args(argv)
     except BertkitError as e:
         print_error(str(e))
