@@ -19,7 +19,8 @@ of all-MiniLM-L6-v2 (H 384) and BERT-base (H 768): the fused query/key/value pro
 attention output, the feed-forward in and out; and per row count (8, 40, 64: one input of 8, 36
 and 64 tokens, padded to a multiple of 8 as bertkit's engine runs it). "one layer" sums the four.
 
-* fp32: torch's F.linear (MKL), oneDNN with the weight packed once (bertkit's `packed_weights=
+* fp32: torch's F.linear (MKL), MKL's packed sgemm (the pack bertkit's calls of a few rows take
+  where `mkl_rows` is on), oneDNN with the weight packed once (bertkit's `packed_weights=
   "onednn"`, kernels/packed.py), ONNX Runtime's MatMul + Add (MLAS);
 * bf16 (CPUs with native bf16): oneDNN with the bf16 weight packed once (bertkit under autocast);
 * int8, activations quantised per call: torch's dynamic quantised Linear with its per-channel
@@ -53,7 +54,7 @@ SHAPES = {"minilm": [(384, 1152), (384, 384), (384, 1536), (1536, 384)],
           "base": [(768, 2304), (768, 768), (768, 3072), (3072, 768)]}
 ROWS = (8, 40, 64)
 COLD_BYTES = 64 << 20
-KERNELS = ["fp32 F.linear (MKL)", "fp32 oneDNN packed", "fp32 ONNX Runtime MatMul",
+KERNELS = ["fp32 F.linear (MKL)", "fp32 MKL packed", "fp32 oneDNN packed", "fp32 ONNX Runtime MatMul",
            "bf16 oneDNN packed",
            "int8 x86 engine (fbgemm)", "int8 onednn engine", "int8 ONNX Runtime DynamicQuantizeMatMul"]
 
@@ -68,6 +69,7 @@ def available_kernels() -> list[str]:
     except ImportError:
         ort = False
     usable = {"fp32 F.linear (MKL)": True, "fp32 oneDNN packed": torch.backends.mkldnn.is_available(),
+              "fp32 MKL packed": bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_linear"),
               "fp32 ONNX Runtime MatMul": ort,
               "bf16 oneDNN packed": torch.backends.mkldnn.is_available() and cpu_features().bf16,
               "int8 x86 engine (fbgemm)": "x86" in engines, "int8 onednn engine": "onednn" in engines,
@@ -141,6 +143,10 @@ def kernel(name: str, weights, biases, threads: int):
     widths = [w.shape[1] for w in weights]
     if name == "fp32 F.linear (MKL)":
         return lambda xs: [F.linear(xs[k], w, b) for k, w, b in zip(widths, weights, biases)]
+    if name == "fp32 MKL packed":  # bertkit's packs for calls of few rows (KernelOptions.mkl_rows)
+        packs = [torch.ops.mkl._mkl_reorder_linear_weight(w, 64) for w in weights]
+        mkl = torch.ops.mkl._mkl_linear
+        return lambda xs: [mkl(xs[k], p, w, b, xs[k].shape[0]) for k, p, w, b in zip(widths, packs, weights, biases)]
     if name == "fp32 oneDNN packed":
         packs = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
         return lambda xs: [linear(xs[k], p, b, "none", [], "") for k, p, b in zip(widths, packs, biases)]

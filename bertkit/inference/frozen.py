@@ -8,7 +8,8 @@ engine's own model does not change between requests, so `freeze_encoders` swaps 
 runs the same kernels on the same operands in the same order — the fused query/key/value GEMM,
 the layout's attention, the output GEMM, the residual and LayerNorm, the GEMM with its GELU post-op,
 the last GEMM, residual and LayerNorm — from a flat list made once and remade when any weight or
-module changes: fp32 / bf16 from the oneDNN packs, int8 through the int8 modules' own forwards.
+module changes: fp32 / bf16 from the oneDNN packs (fp32 calls of a few rows from MKL's, as the
+module path), int8 through the int8 modules' own forwards.
 Bitwise the same numbers as the module path (tests/kernels/test_frozen_encoder.py); with
 gradients, in training mode, when hidden states or attention maps are asked for, or wherever the
 packs do not apply (a GPU, export, an unusual or mixed layer), the module path runs.
@@ -69,17 +70,41 @@ def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dty
     return lambda x: linear(x.to(dtype), pack, bias, "none", [], "")
 
 
+def _few_rows_gemm(holder: nn.Module, weights: tuple, biases: tuple, gelu: bool, rows: int, otherwise):
+    """`otherwise` (the oneDNN pack's GEMM), but calls of at most `rows` rows through MKL's pack, as
+    kernels/packed.py's packed_linear does (KernelOptions.mkl_rows); the MKL pack is made on the first
+    such call and kept by `holder` beside the oneDNN one."""
+    mkl_linear = torch.ops.mkl._mkl_linear
+    made = []  # the pack, once made: these steps are remade whenever a weight changes
+
+    def gemm(x):
+        m = x.numel() // x.shape[-1]
+        if m > rows:
+            return otherwise(x)
+        if not made:
+            made.append(packed_weights(holder, "mkl", weights, biases))
+        pack, weight, bias = made[0]
+        y = mkl_linear(x if x.is_contiguous() else x.contiguous(), pack, weight, bias, m)
+        return F.gelu(y) if gelu else y
+    return gemm
+
+
 def _fp32_step(layer: BertLayer, dtype: torch.dtype) -> tuple:
     sa, ao, im, out = layer.attention.self, layer.attention.output, layer.intermediate.dense, layer.output
     options = sa.kernels
     qkv = (sa.query, sa.key, sa.value)
     pack, _, bias = packed_weights(sa.query, options.packed_weights, tuple(m.weight for m in qkv),
                                    tuple(m.bias for m in qkv), dtype)
-    fused = _packed_gemm(pack, bias, dtype)
     gemms = [packed_weights(m, options.packed_weights, (m.weight,), (m.bias,), dtype) for m in (ao.dense, im, out.dense)]
     (o, _, o_b), (i, _, i_b), (f, _, f_b) = gemms
-    return (lambda x: fused(x).chunk(3, -1), _packed_gemm(o, o_b, dtype),
-            _packed_gemm(i, i_b, dtype, "post-op" if options.fused_gelu else "after"), _packed_gemm(f, f_b, dtype))
+    steps = [_packed_gemm(pack, bias, dtype), _packed_gemm(o, o_b, dtype),
+             _packed_gemm(i, i_b, dtype, "post-op" if options.fused_gelu else "after"), _packed_gemm(f, f_b, dtype)]
+    if dtype == torch.float32 and options.mkl_rows:
+        holders = ((sa.query, qkv), (ao.dense, (ao.dense,)), (im, (im,)), (out.dense, (out.dense,)))
+        steps = [_few_rows_gemm(holder, tuple(m.weight for m in ms), tuple(m.bias for m in ms), holder is im,
+                                options.mkl_rows, step) for (holder, ms), step in zip(holders, steps)]
+    fused, output, intermediate, last = steps
+    return lambda x: fused(x).chunk(3, -1), output, intermediate, last
 
 
 def _int8_step(layer: BertLayer) -> tuple:
@@ -103,8 +128,8 @@ class FrozenEncoder(BertEncoder):
         self.training = encoder.training
 
     def _key(self) -> tuple:
-        """What the flat loop was made from: the module in every slot of the layers (a module
-        swapped in, e.g. by quantize_int8, changes it), each weight's identity, storage and version
+        """What the flat loop was made from: the options the layers hold, the module in every slot of
+        the layers (a module swapped in, e.g. by quantize_int8, changes it), each weight's identity, storage and version
         (an in-place update bumps it) and the process's optimizer steps (kernels/packed.py). Read
         from the modules' own dicts, in C where it can be: it runs before every forward."""
         state = _STATE.setdefault(self, {})
@@ -115,7 +140,9 @@ class FrozenEncoder(BertEncoder):
         module_dicts, parameter_dicts, intermediates = state["dicts"]
         modules = [m for d in module_dicts for m in d.values()]
         params = [p for d in parameter_dicts for p in d.values()]
-        return (packed._optimizer_steps, tuple(map(id, modules)), tuple(d.get("act") for d in intermediates),
+        # The options too: the steps bake in the ones held when they were made (mkl_rows, fused_gelu).
+        return (packed._optimizer_steps, self.layer[0].attention.self.kernels, tuple(map(id, modules)),
+                tuple(d.get("act") for d in intermediates),
                 tuple(map(id, params)), tuple(map(_data_ptr, params)), tuple(map(_version, params)))
 
     def _steps(self, mode) -> list[tuple] | None:

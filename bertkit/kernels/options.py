@@ -57,6 +57,26 @@ FP32_LINEAR_BY_CLASS = {
 # few rows costs more than the GEMM (docs/speed.md, "One request"). avx512 not yet measured.
 PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn", "avx512-bf16": "onednn"}
 
+# Up to this many rows (tokens in one call) an fp32 call of the "onednn" packs runs MKL's packed
+# sgemm instead, from a pack of its own (made on the first such call): per class and vendor, because
+# MKL takes its AVX-512 kernels on Intel only (its AVX2 path on AMD). On an Intel Xeon with AMX, one
+# input of 8-64 tokens after 0.1 s of rest: 1.23x (MiniLM) / 1.09x (base) against oneDNN's packs;
+# MKL for every call was 0.95-0.98x from eight inputs on, so a row limit. oneDNN's fixed cost per
+# call is what loses at few rows (docs/speed.md, the options table).
+MKL_ROWS_BY_CLASS = {("avx512-bf16", "intel"): 64}
+
+
+def default_mkl_rows(features: CpuFeatures | None = None) -> int:
+    """The row count up to which this CPU's fp32 packed calls take MKL's pack (MKL_ROWS_BY_CLASS;
+    0, never, where a class and vendor are not in it or this torch has no MKL)."""
+    features = features or cpu_features()
+    rows = MKL_ROWS_BY_CLASS.get((features.cpu_class, features.vendor), 0)
+    return rows if rows and mkl_available() else 0
+
+
+def mkl_available() -> bool:
+    return bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_linear")
+
 
 def default_packed_weights(features: CpuFeatures | None = None) -> str:
     """The weight packing this CPU's fp32 inference uses by default (PACKED_WEIGHTS_BY_CLASS; "none"
@@ -90,6 +110,10 @@ class KernelOptions:
     # Weights packed once for the GEMM library in fp32 inference: per class (PACKED_WEIGHTS_BY_CLASS),
     # a second copy of the encoder's Linear weights held while the model runs without gradients.
     packed_weights: str = dataclasses.field(default_factory=default_packed_weights)
+    # With packed_weights="onednn": fp32 calls of at most this many rows run MKL's packed sgemm
+    # instead (a third copy of those weights, made on the first such call); 0: never. Per class and
+    # vendor (MKL_ROWS_BY_CLASS).
+    mkl_rows: int = dataclasses.field(default_factory=default_mkl_rows)
     # With packed attention, sequences grouped by length rounded up to a multiple of this and each
     # group run as one masked attention call (0: one call per sequence; causal models always are).
     attention_bucket: int = 0
@@ -100,10 +124,14 @@ class KernelOptions:
             if getattr(self, option) not in modes:
                 raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, "
                                    f"not {getattr(self, option)!r}")
+        if self.mkl_rows < 0:
+            raise BertkitError(f"speed option mkl_rows must be 0 (never) or a row count, not {self.mkl_rows}")
+        if self.mkl_rows and not mkl_available():
+            raise BertkitError("speed option mkl_rows needs torch built with MKL (this one is not); set mkl_rows=0")
         if self.attention_bucket < 0:
             raise BertkitError(f"speed option attention_bucket must be 0 (off) or a positive length, "
                                f"not {self.attention_bucket}")
-        if self.packed_weights == "mkl" and not (torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")):
+        if self.packed_weights == "mkl" and not mkl_available():
             raise BertkitError("speed option packed_weights=mkl needs torch built with MKL (this one is not)")
         if self.packed_weights == "onednn" and not torch.backends.mkldnn.is_available():
             raise BertkitError("speed option packed_weights=onednn needs torch built with oneDNN (this one is not)")
@@ -123,7 +151,7 @@ class KernelOptions:
         """What a graph can hold (ONNX export, tracing): F.linear, SDPA on the padded batch, no
         unpadding, no fused post-ops; the same numbers at every real position."""
         return cls(onednn_linear="never", unpad="never", fused_gelu=False, packed_attention=False,
-                   attention="sdpa", fast_dropout=False, packed_weights="none")
+                   attention="sdpa", fast_dropout=False, packed_weights="none", mkl_rows=0)
 
 
 def _parse(name: str, value, source: str | None):

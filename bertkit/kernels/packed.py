@@ -13,7 +13,9 @@ whose weights do not change between calls can have that done once:
   made for it in the last bit (tests/kernels/test_inference_levers.py checks F.linear's numbers at
   every count).
 * "onednn": oneDNN's blocked weight layout (`mkldnn._reorder_linear_weight`), run by the oneDNN
-  Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on. Under
+  Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on. An fp32
+  call of at most `mkl_rows` rows takes MKL's pack instead (held beside the oneDNN one): where MKL
+  has its best kernels (Intel), oneDNN's fixed cost per call outweighs its GEMM at a few rows. Under
   bf16 autocast on a CPU with native bf16 the pack is of the bf16 weights: autocast would otherwise
   cast every weight to bf16 and oneDNN reorder it again on every call, which at a few rows (one
   request) costs more than the GEMM itself. Same numbers as autocast's F.linear: the same bf16
@@ -114,9 +116,12 @@ def packed_linear(holder: torch.nn.Module, x: torch.Tensor, weights: tuple[torch
     """x @ W.T + b (then the exact GELU with `gelu`) through the pack of `options.packed_weights`
     (in bf16 under bf16 autocast: `packed_dtype`)."""
     dtype = packed_dtype(x, options) or torch.float32
-    pack, weight, bias = packed_weights(holder, options.packed_weights, weights, biases, dtype)
+    mode = options.packed_weights
+    if mode == "onednn" and dtype == torch.float32 and x.numel() // x.shape[-1] <= options.mkl_rows:
+        mode = "mkl"  # a few rows: MKL's pack (options.MKL_ROWS_BY_CLASS)
+    pack, weight, bias = packed_weights(holder, mode, weights, biases, dtype)
     x = x.to(dtype)
-    if options.packed_weights == "mkl":
+    if mode == "mkl":
         x = x.contiguous()
         y = torch.ops.mkl._mkl_linear(x, pack, weight, bias, x.numel() // x.shape[-1])
         return F.gelu(y) if gelu else y

@@ -21,6 +21,10 @@ pytestmark = [pytest.mark.usefixtures("one_thread"),  # conftest.py
               pytest.mark.skipif(not kernels.onednn_available(), reason="torch built without oneDNN")]
 
 OPTIONS = KernelOptions(packed_weights="onednn", onednn_linear="always", unpad="always", unpad_multiple=8)
+has_mkl = kernels.options.mkl_available()
+# Calls of at most 40 rows through MKL's pack (KernelOptions.mkl_rows): the lone inputs below (16 rows)
+# take it, the batches (64 rows) oneDNN's.
+MKL_ROWS = [0, pytest.param(40, marks=pytest.mark.skipif(not has_mkl, reason="torch built without MKL"))]
 
 
 def model_pair(options: KernelOptions = OPTIONS, seed=0, head=False):
@@ -58,8 +62,9 @@ def layer_calls(model) -> list:
 
 @pytest.mark.parametrize("lengths", [[13], [16], [9, 31, 20], [32, 32]], ids=["lone-padded", "lone-full",
                                                                               "batch-unpadded", "batch-full"])
-def test_the_flat_loop_gives_the_module_paths_numbers_bitwise(lengths):
-    model, frozen = model_pair()
+@pytest.mark.parametrize("mkl_rows", MKL_ROWS)
+def test_the_flat_loop_gives_the_module_paths_numbers_bitwise(lengths, mkl_rows):
+    model, frozen = model_pair(OPTIONS.replace(mkl_rows=mkl_rows))
     calls = layer_calls(frozen)
     inputs = batch(lengths)
     with torch.inference_mode():
@@ -91,9 +96,11 @@ def test_under_bf16_autocast_the_flat_loop_runs_the_same_bf16_kernels():
     assert torch.equal(got, expected)
 
 
-def test_a_weight_changed_in_place_is_seen_at_the_next_call():
-    model, frozen = model_pair()
-    inputs = batch([10, 14])
+@pytest.mark.parametrize("mkl_rows", MKL_ROWS)
+@pytest.mark.parametrize("lengths", [[10, 14], [14]])
+def test_a_weight_changed_in_place_is_seen_at_the_next_call(mkl_rows, lengths):
+    model, frozen = model_pair(OPTIONS.replace(mkl_rows=mkl_rows))
+    inputs = batch(lengths)
     with torch.inference_mode():
         before = frozen(**inputs).last_hidden_state
     for m in (model, frozen):
@@ -215,3 +222,20 @@ def test_the_engine_freezes_its_own_model_but_not_a_callers(tmp_path):
     rows = own.encode(["w1 w2 w3", "w4 w5 w6 w7 w8 w9 w10"])
     for got, expected in zip(own.forward(rows), theirs.forward(rows)):
         assert torch.allclose(got["logits"], expected["logits"], atol=1e-5)
+
+
+@pytest.mark.skipif(not has_mkl, reason="torch built without MKL")
+def test_options_held_anew_are_followed():
+    """The flat loop is remade when the model holds other options (its steps bake in mkl_rows)."""
+    from bertkit.kernels import packed
+    model, frozen = model_pair(OPTIONS.replace(mkl_rows=0))
+    inputs = batch([14])
+    dense = frozen.encoder.layer[0].output.dense
+    with torch.inference_mode():
+        frozen(**inputs)
+        assert {mode for mode, _ in packed._PACKS[dense]} == {"onednn"}
+        for m in (model, frozen):
+            m.hold_kernels(m.kernels.replace(mkl_rows=40))
+        got = frozen(**inputs).last_hidden_state
+        assert {mode for mode, _ in packed._PACKS[dense]} == {"onednn", "mkl"}
+        assert torch.equal(got, model(**inputs).last_hidden_state)

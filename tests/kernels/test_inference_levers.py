@@ -225,3 +225,46 @@ def test_no_bf16_pack_where_autocast_is_not_bf16_inference():
         assert kernels.packed.packed_dtype(x, onednn) is None
     with torch.no_grad():
         assert kernels.packed.packed_dtype(x, onednn) is torch.float32
+
+
+@pytest.mark.skipif(not (has_mkl and kernels.onednn_available()), reason="torch built without MKL or oneDNN")
+@pytest.mark.parametrize("frozen", [False, True], ids=["modules", "frozen-encoder"])
+def test_calls_of_few_rows_take_mkls_pack(frozen):
+    """With the oneDNN packs and mkl_rows=20: a call of at most 20 rows runs from MKL's pack (made then,
+    beside the oneDNN one), a larger call from oneDNN's alone; both within 1e-5 of F.linear's numbers."""
+    from bertkit.inference.frozen import freeze_encoders
+    from bertkit.kernels import packed
+
+    options = kernels.PROCESS_DEFAULT.replace(onednn_linear="never", unpad="always", unpad_multiple=8,
+                                              packed_weights="onednn", mkl_rows=20)
+    model = small_model(options)
+    plain = small_model(options.replace(packed_weights="none", mkl_rows=0))
+    if frozen:
+        assert freeze_encoders(model) == 1
+    dense = model.encoder.layer[0].output.dense
+
+    def modes():
+        return {mode for mode, _ in packed._PACKS.get(dense, {})}
+
+    with torch.no_grad():
+        for lengths, expected_modes in (([30, 12], {"onednn"}), ([9, 6], {"onednn", "mkl"})):
+            inputs = padded_batch(lengths)
+            got, want = model(**inputs).last_hidden_state, plain(**inputs).last_hidden_state
+            real = inputs["attention_mask"].bool()
+            assert modes() == expected_modes, lengths
+            assert (got[real] - want[real]).abs().max() < 1e-5
+
+
+def test_mkl_rows_default_per_cpu_class_and_vendor():
+    """MKL for a few rows where it was measured faster: Intel with AVX512_BF16 / AMX (MKL's own
+    kernels); not on AMD (where MKL takes its AVX2 path) nor on the classes not measured."""
+    from bertkit.kernels.options import MKL_ROWS_BY_CLASS, default_mkl_rows
+    assert MKL_ROWS_BY_CLASS == {("avx512-bf16", "intel"): 64}
+    for cpu_class, vendor, expected in (("avx512-bf16", "intel", 64), ("avx512-bf16", "amd", 0),
+                                        ("avx2", "intel", 0), ("avx512", "intel", 0)):
+        features = mock.Mock(spec=CpuFeatures, cpu_class=cpu_class, vendor=vendor)
+        assert default_mkl_rows(features) == (expected if has_mkl else 0)
+    assert KernelOptions.plain().mkl_rows == 0
+    with pytest.raises(BertkitError, match="mkl_rows must be 0"):
+        kernels.PROCESS_DEFAULT.replace(mkl_rows="-3")
+    assert kernels.PROCESS_DEFAULT.replace(mkl_rows="32").mkl_rows == 32
