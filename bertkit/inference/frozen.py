@@ -72,7 +72,7 @@ def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dty
 
 def _few_rows_gemm(holder: nn.Module, weights: tuple, biases: tuple, gelu: bool, rows: int, otherwise):
     """`otherwise` (the oneDNN pack's GEMM), but calls of at most `rows` rows through MKL's pack, as
-    kernels/packed.py's packed_linear does (KernelOptions.mkl_rows); the MKL pack is made on the first
+    kernels/packed.py's packed_linear does (KernelOptions.mkl_rows, scaled to the layer's width); the MKL pack is made on the first
     such call and kept by `holder` beside the oneDNN one."""
     mkl_linear = torch.ops.mkl._mkl_linear
     made = []  # the pack, once made: these steps are remade whenever a weight changes
@@ -101,8 +101,9 @@ def _fp32_step(layer: BertLayer, dtype: torch.dtype) -> tuple:
              _packed_gemm(i, i_b, dtype, "post-op" if options.fused_gelu else "after"), _packed_gemm(f, f_b, dtype)]
     if dtype == torch.float32 and options.mkl_rows:
         holders = ((sa.query, qkv), (ao.dense, (ao.dense,)), (im, (im,)), (out.dense, (out.dense,)))
+        rows = options.mkl_row_limit(sa.query.in_features)  # the layer's width: each GEMM's smaller side
         steps = [_few_rows_gemm(holder, tuple(m.weight for m in ms), tuple(m.bias for m in ms), holder is im,
-                                options.mkl_rows, step) for (holder, ms), step in zip(holders, steps)]
+                                rows, step) for (holder, ms), step in zip(holders, steps)]
     fused, output, intermediate, last = steps
     return lambda x: fused(x).chunk(3, -1), output, intermediate, last
 

@@ -57,18 +57,21 @@ FP32_LINEAR_BY_CLASS = {
 # few rows costs more than the GEMM (docs/speed.md, "One request"). avx512 not yet measured.
 PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn", "avx512-bf16": "onednn"}
 
-# Up to this many rows (tokens in one call) an fp32 call of the "onednn" packs runs MKL's packed
-# sgemm instead, from a pack of its own (made on the first such call): per class and vendor, because
-# MKL takes its AVX-512 kernels on Intel only (its AVX2 path on AMD). On an Intel Xeon with AMX, one
-# input of 8-64 tokens after 0.1 s of rest: 1.23x (MiniLM) / 1.09x (base) against oneDNN's packs;
-# MKL for every call was 0.95-0.98x from eight inputs on, so a row limit. oneDNN's fixed cost per
+# Up to this many rows (tokens in one call) at width 768, an fp32 call of the "onednn" packs runs
+# MKL's packed sgemm instead, from a pack of its own (made on the first such call); a narrower Linear's
+# limit scales up (MKL_REFERENCE_WIDTH / its width: all-MiniLM-L6-v2's 384 doubles it). Per class and
+# vendor, because MKL takes its AVX-512 kernels on Intel only (its AVX2 path on AMD). On an Intel
+# Xeon with AMX, one input of 8-64 tokens after 0.1 s of rest: 1.23x (MiniLM) / 1.09x (base) against
+# oneDNN's packs; two inputs with MKL up to 128 rows: MiniLM 1.06-1.09x, base 0.92-0.96x, hence the
+# scaling with width; MKL for every call was 0.95-0.98x from eight inputs on. oneDNN's fixed cost per
 # call is what loses at few rows (docs/speed.md, the options table).
+MKL_REFERENCE_WIDTH = 768
 MKL_ROWS_BY_CLASS = {("avx512-bf16", "intel"): 64}
 
 
 def default_mkl_rows(features: CpuFeatures | None = None) -> int:
-    """The row count up to which this CPU's fp32 packed calls take MKL's pack (MKL_ROWS_BY_CLASS;
-    0, never, where a class and vendor are not in it or this torch has no MKL)."""
+    """The row count (at width 768) up to which this CPU's fp32 packed calls take MKL's pack
+    (MKL_ROWS_BY_CLASS; 0, never, where a class and vendor are not in it or this torch has no MKL)."""
     features = features or cpu_features()
     rows = MKL_ROWS_BY_CLASS.get((features.cpu_class, features.vendor), 0)
     return rows if rows and mkl_available() else 0
@@ -110,9 +113,10 @@ class KernelOptions:
     # Weights packed once for the GEMM library in fp32 inference: per class (PACKED_WEIGHTS_BY_CLASS),
     # a second copy of the encoder's Linear weights held while the model runs without gradients.
     packed_weights: str = dataclasses.field(default_factory=default_packed_weights)
-    # With packed_weights="onednn": fp32 calls of at most this many rows run MKL's packed sgemm
-    # instead (a third copy of those weights, made on the first such call); 0: never. Per class and
-    # vendor (MKL_ROWS_BY_CLASS).
+    # With packed_weights="onednn": fp32 calls of at most this many rows (at width 768; scaled by
+    # 768 / the Linear's width, its smaller side: `mkl_row_limit`) run MKL's packed sgemm instead (a
+    # third copy of those weights, made on the first such call); 0: never. Per class and vendor
+    # (MKL_ROWS_BY_CLASS).
     mkl_rows: int = dataclasses.field(default_factory=default_mkl_rows)
     # With packed attention, sequences grouped by length rounded up to a multiple of this and each
     # group run as one masked attention call (0: one call per sequence; causal models always are).
@@ -135,6 +139,11 @@ class KernelOptions:
             raise BertkitError("speed option packed_weights=mkl needs torch built with MKL (this one is not)")
         if self.packed_weights == "onednn" and not torch.backends.mkldnn.is_available():
             raise BertkitError("speed option packed_weights=onednn needs torch built with oneDNN (this one is not)")
+
+    def mkl_row_limit(self, width: int) -> int:
+        """The most rows a call of a Linear this wide (the smaller of its in and out features) takes
+        MKL's pack for: `mkl_rows` scaled from width 768."""
+        return self.mkl_rows * MKL_REFERENCE_WIDTH // width
 
     def replace(self, source: str | None = None, **changes) -> KernelOptions:
         """A copy with `changes` (values may be strings, as in BERTKIT_SPEED_OPTIONS); an unknown

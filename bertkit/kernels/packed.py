@@ -14,7 +14,7 @@ whose weights do not change between calls can have that done once:
   every count).
 * "onednn": oneDNN's blocked weight layout (`mkldnn._reorder_linear_weight`), run by the oneDNN
   Linear's `_linear_pointwise`, with the exact GELU as its post-op where `fused_gelu` is on. An fp32
-  call of at most `mkl_rows` rows takes MKL's pack instead (held beside the oneDNN one): where MKL
+  call of a few rows (`mkl_rows`, scaled with the width) takes MKL's pack instead (held beside the oneDNN one): where MKL
   has its best kernels (Intel), oneDNN's fixed cost per call outweighs its GEMM at a few rows. Under
   bf16 autocast on a CPU with native bf16 the pack is of the bf16 weights: autocast would otherwise
   cast every weight to bf16 and oneDNN reorder it again on every call, which at a few rows (one
@@ -117,7 +117,8 @@ def packed_linear(holder: torch.nn.Module, x: torch.Tensor, weights: tuple[torch
     (in bf16 under bf16 autocast: `packed_dtype`)."""
     dtype = packed_dtype(x, options) or torch.float32
     mode = options.packed_weights
-    if mode == "onednn" and dtype == torch.float32 and x.numel() // x.shape[-1] <= options.mkl_rows:
+    if mode == "onednn" and dtype == torch.float32 and options.mkl_rows and x.numel() // x.shape[-1] \
+            <= options.mkl_row_limit(min(x.shape[-1], sum(w.shape[0] for w in weights))):
         mode = "mkl"  # a few rows: MKL's pack (options.MKL_ROWS_BY_CLASS)
     pack, weight, bias = packed_weights(holder, mode, weights, biases, dtype)
     x = x.to(dtype)

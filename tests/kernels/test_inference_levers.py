@@ -230,13 +230,14 @@ def test_no_bf16_pack_where_autocast_is_not_bf16_inference():
 @pytest.mark.skipif(not (has_mkl and kernels.onednn_available()), reason="torch built without MKL or oneDNN")
 @pytest.mark.parametrize("frozen", [False, True], ids=["modules", "frozen-encoder"])
 def test_calls_of_few_rows_take_mkls_pack(frozen):
-    """With the oneDNN packs and mkl_rows=20: a call of at most 20 rows runs from MKL's pack (made then,
-    beside the oneDNN one), a larger call from oneDNN's alone; both within 1e-5 of F.linear's numbers."""
+    """With the oneDNN packs and mkl_rows=7 (at width 768: 21 rows at this model's 256): a call of at most
+    21 rows runs from MKL's pack (made then, beside the oneDNN one), a larger call from oneDNN's alone;
+    both within 1e-5 of F.linear's numbers."""
     from bertkit.inference.frozen import freeze_encoders
     from bertkit.kernels import packed
 
     options = kernels.PROCESS_DEFAULT.replace(onednn_linear="never", unpad="always", unpad_multiple=8,
-                                              packed_weights="onednn", mkl_rows=20)
+                                              packed_weights="onednn", mkl_rows=7)
     model = small_model(options)
     plain = small_model(options.replace(packed_weights="none", mkl_rows=0))
     if frozen:
@@ -265,6 +266,8 @@ def test_mkl_rows_default_per_cpu_class_and_vendor():
         features = mock.Mock(spec=CpuFeatures, cpu_class=cpu_class, vendor=vendor)
         assert default_mkl_rows(features) == (expected if has_mkl else 0)
     assert KernelOptions.plain().mkl_rows == 0
+    options = kernels.PROCESS_DEFAULT.replace(mkl_rows=64)  # rows at width 768, scaled to the Linear's
+    assert [options.mkl_row_limit(w) for w in (384, 768, 1024)] == [128, 64, 48]
     with pytest.raises(BertkitError, match="mkl_rows must be 0"):
         kernels.PROCESS_DEFAULT.replace(mkl_rows="-3")
     assert kernels.PROCESS_DEFAULT.replace(mkl_rows="32").mkl_rows == 32
