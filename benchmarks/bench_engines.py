@@ -117,6 +117,9 @@ def parse_args(argv=None):
                         "compared with this CPU class's table")
     parser.add_argument("--levers", action="store_true", help="bertkit fp32 with each lever (KernelOptions) on "
                         "against the defaults, alternated batch by batch, instead of the engines")
+    parser.add_argument("--engine-options", action="store_true",
+                        help="with --levers: the defaults as the inference engine holds them (always unpadded, its "
+                        "rounding of the token count: inference/engine.engine_kernels) rather than a bare model's")
     parser.add_argument("--lever", action="append", default=None, metavar="OPTION=VALUE[,OPTION=VALUE]",
                         help="with --levers: a set of KernelOptions changes to measure (repeatable; default: "
                         + "; ".join(LEVERS) + ")")
@@ -220,14 +223,14 @@ def engine_inputs(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def bertkit_runners(ours) -> dict:
     """bertkit as its inference engine runs a model (inference/engine.py): always unpadded with the
-    token count rounded to ROW_MULTIPLE, inputs padded to its length buckets, the encoder frozen
+    token count rounded as `engine_kernels` says, inputs padded to its length buckets, the encoder frozen
     (inference/frozen.py), the lone lengths' kernels made before the first call (`warm_up`)."""
-    from bertkit.inference.engine import ROW_MULTIPLE, WARM_UP_LENGTHS
+    from bertkit.inference.engine import WARM_UP_LENGTHS, engine_kernels
     from bertkit.inference.frozen import freeze_encoders
     from bertkit.kernels.int8 import quantize_int8
 
     ours = copy.deepcopy(ours)
-    ours.hold_kernels(ours.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
+    ours.hold_kernels(engine_kernels(ours.kernels))
     int8 = quantize_int8(copy.deepcopy(ours))
     freeze_encoders(ours)  # as the engine does with its own model
     freeze_encoders(int8)
@@ -309,12 +312,12 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
     the engine's buckets through the graph compiled ahead (inference/compiled.py; compiled now, or
     loaded from the compile cache), a larger batch through the eager runner (`fallback`)."""
     from bertkit.inference.compiled import CompiledLoneInput
-    from bertkit.inference.engine import ROW_MULTIPLE, WARM_UP_LENGTHS
+    from bertkit.inference.engine import WARM_UP_LENGTHS, engine_kernels
     from bertkit.inference.frozen import freeze_encoders
     from bertkit.kernels.int8 import quantize_int8
 
     model = copy.deepcopy(ours)
-    model.hold_kernels(model.kernels.replace(unpad="always", unpad_multiple=ROW_MULTIPLE))
+    model.hold_kernels(engine_kernels(model.kernels))
     if precision == "int8":  # the engine's int8 weights; the graph quantises per token (kernels/int8.py)
         quantize_int8(model)
     freeze_encoders(model)
@@ -470,6 +473,9 @@ def run_levers(size: str, args, log) -> list[dict]:
     # One model (one copy of the weights, one pack per packing mode) switched to each variant's
     # options before its batch: switching is a walk over the modules, the same for every variant.
     defaults = ours.kernels
+    if args.engine_options:
+        from bertkit.inference.engine import engine_kernels
+        defaults = engine_kernels(defaults)
     variants = {"defaults": defaults,
                 **{name: defaults.replace(**changes) for name, changes in args.lever_changes.items()}}
     runners = {name: bertkit_runners_fp32(ours, options) for name, options in variants.items()}
@@ -579,7 +585,9 @@ def levers_markdown(results: dict) -> str:
     lines = [f"# bertkit levers on / off ({m['cpu_class']})", "",
              f"Run `{results['command']}` on {results['date']} ({results['minutes']} min), {m['cpu']}, "
              f"{results['threads']} threads, load {m['load_average_at_start']} to {results['load_average_at_end']}. bertkit fp32 "
-             "with this class's defaults against a copy holding one lever, alternated batch by batch "
+             "with this class's defaults" + (" as the inference engine holds them (`engine_kernels`)"
+                                              if "--engine-options" in results["command"] else "")
+             + " against a copy holding one lever, alternated batch by batch "
              f"(variable-length batches of {batch}, lengths {low}-{high}). Gain > 1: the lever is faster.", "",
              "| model | lever | gain (median / paired) | max abs diff vs defaults | rounds |", "|---|---|---:|---:|---:|"]
     for r in results["levers"]:

@@ -62,6 +62,13 @@ _LIBC = _glibc()
 OUTPUT_ALIASES = {"logits": "prediction_logits"}
 WARM_UP_LENGTHS = tuple(range(SINGLE_LENGTH_BUCKET, 129, SINGLE_LENGTH_BUCKET))  # the lone lengths warm_up runs
 ROW_MULTIPLE = 64  # unpadded token counts are rounded up to a multiple of this (oneDNN shapes)
+FINE_ROWS = WARM_UP_LENGTHS[-1]  # ... but counts up to this one to a multiple of 8, as lone inputs are padded
+
+
+def engine_kernels(options: kernels.KernelOptions, unpad: str = "always") -> kernels.KernelOptions:
+    """`options` as the engine runs its model: unpadded ("always" on the CPU), the token count
+    rounded to ROW_MULTIPLE, or to a multiple of 8 up to FINE_ROWS."""
+    return options.replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE, unpad_fine_rows=FINE_ROWS)
 
 # The head class -> the task it answers.
 TASKS = {
@@ -144,19 +151,20 @@ class InferenceEngine:
         if quantize == "int8" and (self.device.type != "cpu" or precision == "bf16"):
             raise BertkitError("int8 quantisation runs on the CPU with fp32 activations: drop --device / --precision bf16")
         # On the CPU always unpadded, the token count rounded to ROW_MULTIPLE: a few GEMM shapes for
-        # oneDNN. On a GPU the model's own choice ("auto": SDPA on the padded batch, kernels/layout.py).
+        # oneDNN; up to the longest warmed-up lone input, to a multiple of 8 only: the row counts lone
+        # inputs make anyway. On a GPU the model's own choice ("auto": SDPA on the padded batch,
+        # kernels/layout.py).
         unpad = "always" if self.device.type == "cpu" else "auto"
         own_model = False
         if model is None:
-            engine_kernels = kernels.default_options().replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE)
-            model = load_model(self.model_dir, require_head=True, kernels=engine_kernels)
+            model = load_model(self.model_dir, require_head=True, kernels=engine_kernels(kernels.default_options(), unpad))
             own_model = True
         elif type(model).__name__ not in TASKS:
             raise BertkitError(f"model must be a bertkit model ({', '.join(TASKS)}), not {type(model).__name__}")
         else:  # a given model keeps its other options (it was built with them)
             if quantize == "int8":  # quantised as a copy: the caller's model keeps its fp32 weights
                 model = copy.deepcopy(model)
-            model.hold_kernels(model.kernels.replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE))
+            model.hold_kernels(engine_kernels(model.kernels, unpad))
         self.model = model.to(self.device).eval()
         self.quantize = quantize
         if quantize == "int8":

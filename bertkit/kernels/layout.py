@@ -96,6 +96,11 @@ class Packed(Padded):
         return self.unpadded.unpad(padded)
 
 
+# A small unpadded count (at most `unpad_fine_rows`) is rounded up to a multiple of this, as the
+# engine pads a lone input (batching.SINGLE_LENGTH_BUCKET): the GEMMs meet row counts they have met.
+UNPAD_FINE_MULTIPLE = 8
+
+
 def padding_mask(attention_mask: torch.Tensor | None, causal: bool, T: int, skip_if_full: bool = True):
     """(B, T) 1/0 padding mask -> bool (B, 1, 1|T, T) for SDPA, or None when nothing is masked
     (`skip_if_full`: a data-dependent check, left out when tracing so the mask is always built)."""
@@ -133,7 +138,8 @@ def unpadding_for(attention_mask: torch.Tensor | None, options: KernelOptions = 
         return None
     if options.unpad == "auto" and padding < options.unpad_min_saved_tokens:
         return None
-    multiple = max(1, options.unpad_multiple)
-    if -(-(attention_mask.numel() - padding) // multiple) * multiple >= attention_mask.numel():
+    real = attention_mask.numel() - padding
+    multiple = max(1, UNPAD_FINE_MULTIPLE if real <= options.unpad_fine_rows else options.unpad_multiple)
+    if -(-real // multiple) * multiple >= attention_mask.numel():
         return None  # the rounded token count saves nothing (a lone padded input): not worth the gathers
-    return Unpadded(attention_mask, options.unpad_multiple)
+    return Unpadded(attention_mask, multiple)

@@ -108,6 +108,10 @@ class KernelOptions:
     # The unpadded token count is rounded up to a multiple of this (with a few padding rows), so
     # that varying batches reuse a few GEMM shapes: oneDNN generates code for every new shape.
     unpad_multiple: int = 64
+    # ... except a count of at most this many tokens, rounded up to a multiple of 8 only
+    # (UNPAD_FINE_MULTIPLE): the engine sets it to the longest lone input it warms up (128), whose
+    # padded row counts (multiples of 8) every library has met already, so no new shape arises.
+    unpad_fine_rows: int = 0
     packed_attention: bool = True
     fused_gelu: bool = True
     # Weights packed once for the GEMM library in fp32 inference: per class (PACKED_WEIGHTS_BY_CLASS),
@@ -128,6 +132,8 @@ class KernelOptions:
             if getattr(self, option) not in modes:
                 raise BertkitError(f"speed option {option} must be one of {', '.join(modes)}, "
                                    f"not {getattr(self, option)!r}")
+        if self.unpad_fine_rows < 0:
+            raise BertkitError(f"speed option unpad_fine_rows must be 0 (off) or a token count, not {self.unpad_fine_rows}")
         if self.mkl_rows < 0:
             raise BertkitError(f"speed option mkl_rows must be 0 (never) or a row count, not {self.mkl_rows}")
         if self.mkl_rows and not mkl_available():

@@ -326,6 +326,29 @@ def test_unpadding_decision():
     assert kernels.unpadding_for(many, options_with(unpad="never")) is None
 
 
+def test_small_unpadded_counts_round_to_eight_up_to_unpad_fine_rows():
+    """The engine's rounding (inference/engine.engine_kernels): 64-row steps for oneDNN's shapes, but a
+    count of at most 128 tokens to a multiple of 8, the row counts its padded lone inputs make."""
+    from bertkit.inference.engine import engine_kernels
+    options = engine_kernels(kernels.PROCESS_DEFAULT)
+    assert (options.unpad, options.unpad_multiple, options.unpad_fine_rows) == ("always", 64, 128)
+
+    def rows(lengths, T=64):
+        mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+        unpadded = kernels.unpadding_for(mask, options)
+        return None if unpadded is None else unpadded.tokens
+
+    assert rows([30, 20]) == 56  # 50 tokens: 56, not 64
+    assert rows([64, 60], T=96) == 128  # 124: still under the fine limit
+    assert rows([64, 64, 5], T=128) == 192  # 133: past it, the next multiple of 64
+    assert rows([64, 60]) is None  # 128 rows either way: run padded
+    assert rows([3, 1]) == 8
+    assert rows([64, 1], T=64) == 72
+    with pytest.raises(BertkitError, match="unpad_fine_rows must be 0"):
+        kernels.PROCESS_DEFAULT.replace(unpad_fine_rows=-1)
+    assert kernels.PROCESS_DEFAULT.unpad_fine_rows == 0  # a model outside the engine: as before
+
+
 def test_unpadded_gathers_and_restores_real_tokens():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 1, 1, 1]])
     x = torch.arange(12.0).view(3, 4, 1).expand(3, 4, 2)
