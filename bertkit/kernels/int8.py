@@ -36,11 +36,15 @@ from .linear import ProjectedWithQuery, QKVProjection
 
 QUANTIZE_CHOICES = ("none", "int8")
 OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32 (LLM.int8()'s value)
-# Rows (tokens in the call) from which a CPU with AMX runs the int8 GEMM through oneDNN's AMX
-# kernels rather than fbgemm's VNNI ones: the dynamic Linear alone, MiniLM's and BERT-base's four
-# shapes, oneDNN's over fbgemm's speed 0.96x / 1.08x at 40 rows, 1.12-1.37x at 160, 1.17-1.42x at
-# 320-1280; a whole lone input through oneDNN measured 0.70-0.90x fbgemm's speed (docs/speed.md).
-AMX_ROWS = 128
+# Rows (tokens in the call) at width 768 from which a CPU with AMX runs the int8 GEMM through
+# oneDNN's AMX kernels rather than fbgemm's VNNI ones; a narrower Linear's count scales up (768 / its
+# width, the smaller of its in and out features: 128 rows for all-MiniLM-L6-v2's 384). The dynamic
+# Linear alone, MiniLM's and BERT-base's four shapes, oneDNN's over fbgemm's speed 0.96x / 1.08x at
+# 40 rows, 1.12-1.37x at 160, 1.17-1.42x at 320-1280; a whole lone input through oneDNN measured
+# 0.70-0.90x fbgemm's speed. The eager int8 engine, two inputs of 8-64 tokens: BERT-base 1.075x from
+# 64 rows against 128 (even at one input of 57-64 tokens), MiniLM 0.95x from 64 (docs/speed.md).
+AMX_ROWS = 64
+AMX_REFERENCE_WIDTH = 768
 GELU_FLOOR = -0.17  # the exact GELU's least value (-0.16997 at x = -0.7518): its output never lies below
 # Said where int8 buys no speed: measured on a 2-core AVX2-only EPYC (no VNNI),
 # all-MiniLM-L6-v2 int8 34.9 against fp32 36.7 sequences/s, BERT-base 5.24 against 5.16
@@ -87,6 +91,8 @@ class Int8Linear(nn.Module):
         # A second pack of the same int8 weights for oneDNN's AMX kernels (CPUs with AMX-BF16 have
         # AMX-INT8 too), taken from AMX_ROWS rows on: the call runs the kernels of the pack it is given.
         self._packed_amx = _onednn_pack(qweight, bias) if cpu_features().amx else None
+        self.amx_rows = AMX_ROWS * AMX_REFERENCE_WIDTH // min(self.in_features, self.out_features)
+        self._amx_elements = self.amx_rows * self.in_features
         self.reduce_range = not cpu_features().vnni
         self.outlier_threshold = outlier_threshold
         # The least value the input can hold, where it is known (the exact GELU's output): past the
@@ -108,7 +114,7 @@ class Int8Linear(nn.Module):
     def gemm(self, x: torch.Tensor, overwrite_input: bool = False) -> torch.Tensor:
         """forward, for an input already fp32, contiguous and outside autograd (the inference flat
         loop's, inference/frozen.py): three dispatched no-op calls fewer per GEMM."""
-        packed = self._packed if self._packed_amx is None or x.numel() < AMX_ROWS * self.in_features else self._packed_amx
+        packed = self._packed if self._packed_amx is None or x.numel() < self._amx_elements else self._packed_amx
         if self.outlier_threshold is None:
             return torch.ops.quantized.linear_dynamic(x, packed, self.reduce_range)
         flat = x.view(-1, self.in_features)  # (N, in)

@@ -58,7 +58,7 @@ def test_int8_linear_matches_a_quantised_reference():
 @pytest.mark.parametrize("outliers", [None, 6.0])
 def test_on_an_amx_cpu_large_calls_take_onednns_pack_of_the_same_weights(monkeypatch, outliers):
     """With AMX, an Int8Linear also holds oneDNN's pack of its int8 weights and gives it every call
-    of AMX_ROWS rows or more; smaller calls keep fbgemm's. Both are the same int8 model: each call's
+    of `amx_rows` rows or more (AMX_ROWS at width 768, scaled to its own); smaller calls keep fbgemm's. Both are the same int8 model: each call's
     error against the fp64 quantised reference stays within the quantisation bound. Without AMX
     there is no second pack."""
     monkeypatch.setattr(int8_module, "cpu_features", lambda: dataclasses.replace(cpu_features(), amx=True))
@@ -73,8 +73,9 @@ def test_on_an_amx_cpu_large_calls_take_onednns_pack_of_the_same_weights(monkeyp
     w = layer.weight.detach().double()
     scale = w.abs().amax(1, keepdim=True) / 127
     wq = torch.round(w / scale).clamp(-127, 127) * scale
-    for rows, pack in ((int8_module.AMX_ROWS - 1, linear._packed), (int8_module.AMX_ROWS, linear._packed_amx),
-                       (3 * int8_module.AMX_ROWS, linear._packed_amx)):
+    assert linear.amx_rows == int8_module.AMX_ROWS * 768 // 48
+    for rows, pack in ((linear.amx_rows - 1, linear._packed), (linear.amx_rows, linear._packed_amx),
+                       (3 * linear.amx_rows, linear._packed_amx)):
         x = torch.randn(rows, 64)
         if outliers is not None:
             x[:, 3] *= 10  # one channel past the threshold: the split path hands over the same pack
@@ -88,6 +89,14 @@ def test_on_an_amx_cpu_large_calls_take_onednns_pack_of_the_same_weights(monkeyp
         assert (got.double() - exact).abs().max() <= step * wq.abs().sum(1).max()
     monkeypatch.setattr(int8_module, "cpu_features", lambda: dataclasses.replace(cpu_features(), amx=False))
     assert Int8Linear(layer)._packed_amx is None
+
+
+def test_the_amx_row_count_scales_with_the_width():
+    """64 rows at BERT-base's width (768) from where oneDNN's AMX pack pays, 128 at MiniLM's 384: the
+    smaller of a Linear's in and out features (the feed-forward's output projection is 4H -> H)."""
+    widths = {(384, 1152): 128, (384, 1536): 128, (1536, 384): 128, (768, 2304): 64, (3072, 768): 64, (1024, 4096): 48}
+    for (inputs, outputs), rows in widths.items():
+        assert Int8Linear(torch.nn.Linear(inputs, outputs)).amx_rows == rows
 
 
 def test_outlier_channels_leave_the_int8_range_and_are_multiplied_in_fp32():
