@@ -85,7 +85,7 @@ def _few_rows_gemm(holder: nn.Module, weights: tuple, biases: tuple, gelu: bool,
             made.append(packed_weights(holder, "mkl", weights, biases))
         pack, weight, bias = made[0]
         y = mkl_linear(x if x.is_contiguous() else x.contiguous(), pack, weight, bias, m)
-        return F.gelu(y) if gelu else y
+        return torch.ops.aten.gelu_(y) if gelu else y  # in place: y is this call's own
     return gemm
 
 

@@ -125,7 +125,7 @@ def packed_linear(holder: torch.nn.Module, x: torch.Tensor, weights: tuple[torch
     if mode == "mkl":
         x = x.contiguous()
         y = torch.ops.mkl._mkl_linear(x, pack, weight, bias, x.numel() // x.shape[-1])
-        return F.gelu(y) if gelu else y
+        return torch.ops.aten.gelu_(y) if gelu else y  # in place: y is this call's own (no gradients here)
     if gelu and options.fused_gelu:
         return torch.ops.mkldnn._linear_pointwise(x, pack, bias, "gelu", [], "none")
     y = torch.ops.mkldnn._linear_pointwise(x, pack, bias, "none", [], "")
