@@ -2,7 +2,7 @@
 
 oneDNN generates and caches code per distinct GEMM shape; a server fed every length from 1 to 512
 used to grow by gigabytes. The engine bounds the shapes (padded lengths rounded to 16, unpadded
-token counts to 64) and the cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY). This script starts the real
+token counts to 64, or to 8 up to the 128 its lone inputs reach) and the cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY). This script starts the real
 server, sends `--requests` POST /embed (or /predict) requests of random lengths from `--clients`
 threads, and reads the server's resident set (VmRSS in /proc/PID/status) after `--warmup`
 requests and at the end. The claim: RSS at the end within 10% of RSS after the warm-up.
@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -57,7 +58,8 @@ def wait_healthy(port: int, process: subprocess.Popen, seconds: float = 120) -> 
     deadline = time.time() + seconds
     while time.time() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited: {process.stderr.read().decode()}")
+            process.stderr.seek(0)
+            raise RuntimeError(f"server exited: {process.stderr.read().decode(errors='replace')[-2000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
                 return
@@ -113,9 +115,13 @@ def main() -> int:
         model = str(MODEL_DIR)
     port = free_port()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through finally: stop the server too
+    # The server's log (its access log: a line per request) to a file: a pipe nobody reads fills
+    # after a few hundred requests and then blocks the server's writes, and with them the server.
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", model, "--port", str(port),
-                                "--precision", args.precision], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                "--precision", args.precision], stdout=subprocess.DEVNULL, stderr=log,
                                env=os.environ.copy())
+    process.stderr = log  # read by wait_healthy if the server exits
     try:
         wait_healthy(port, process)
         started = time.perf_counter()
