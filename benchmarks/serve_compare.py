@@ -26,6 +26,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -167,7 +168,10 @@ def open_loop(port: int, payloads: list[bytes], rate: float, seconds: float) -> 
 
 
 def start(command: list[str], port: int) -> subprocess.Popen:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    # The server's log to a file: an unread pipe fills with its access log and then blocks the server.
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=os.environ.copy())
+    process.stderr = log  # read by wait_healthy if the server exits
     try:
         wait_healthy(port, process, seconds=300)
     except BaseException:
