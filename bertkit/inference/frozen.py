@@ -72,8 +72,8 @@ def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dty
 
 def _few_rows_gemm(holder: nn.Module, weights: tuple, biases: tuple, gelu: bool, rows: int, otherwise):
     """`otherwise` (the oneDNN pack's GEMM), but calls of at most `rows` rows through MKL's pack, as
-    kernels/packed.py's packed_linear does (KernelOptions.mkl_rows, scaled to the layer's width); the MKL pack is made on the first
-    such call and kept by `holder` beside the oneDNN one."""
+    kernels/packed.py's packed_linear does (KernelOptions.mkl_rows, scaled to the layer's width);
+    the MKL pack is made on the first such call and kept by `holder` beside the oneDNN one."""
     mkl_linear = torch.ops.mkl._mkl_linear
     made = []  # the pack, once made: these steps are remade whenever a weight changes
 

@@ -61,7 +61,7 @@ PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn", "avx512-bf16": "onednn"}
 # MKL's packed sgemm instead, from a pack of its own (made on the first such call); a narrower Linear's
 # limit scales up (MKL_REFERENCE_WIDTH / its width: all-MiniLM-L6-v2's 384 doubles it). Per class and
 # vendor, because MKL takes its AVX-512 kernels on Intel only (its AVX2 path on AMD). On an Intel
-# Xeon with AMX, one input of 8-64 tokens after 0.1 s of rest: 1.23x (MiniLM) / 1.09x (base) against
+# Xeon with AMX, one input of 8-64 tokens after 0.1 s of rest: 1.16-1.23x (MiniLM) / 1.08-1.10x (base) against
 # oneDNN's packs; two inputs with MKL up to 128 rows: MiniLM 1.06-1.09x, base 0.92-0.96x, hence the
 # scaling with width; MKL for every call was 0.95-0.98x from eight inputs on. oneDNN's fixed cost per
 # call is what loses at few rows (docs/speed.md, the options table).
