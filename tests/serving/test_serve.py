@@ -360,3 +360,68 @@ def test_serve_has_openmps_workers_stop_spinning_soon_after_a_forward(command, e
     seen = [line for line in out.stdout.splitlines() if line.startswith("SEEN")]
     assert seen and seen[0].split()[1] == expected, (out.stdout, out.stderr[-2000:])
     assert seen[0].split()[2] == "2"  # the missing model: one error line, after torch was loaded
+
+
+def test_freed_memory_goes_back_only_once_the_resident_set_has_grown():
+    from bertkit.inference.engine import FreeMemoryReleaser
+
+    resident, released = [100 << 20], []
+
+    def release():
+        released.append(resident[0])
+        resident[0] = 90 << 20  # what the release leaves
+
+    memory = FreeMemoryReleaser(16 << 20, resident=lambda: resident[0], release=release)
+    assert released == []  # nothing at construction: the warm-up's pages serve the first request
+    resident[0] = (100 + 3) << 20  # a lone request's pages: kept
+    assert not memory.release_if_grown() and released == []
+    resident[0] = (100 + 17) << 20
+    assert memory.release_if_grown() and released == [(100 + 17) << 20]
+    resident[0] = (90 + 16) << 20  # counted from where the release left it
+    assert not memory.release_if_grown()
+    resident[0] = (90 + 17) << 20
+    assert memory.release_if_grown() and len(released) == 2
+    unreadable = FreeMemoryReleaser(16 << 20, resident=lambda: None, release=lambda: released.append("no /proc"))
+    assert unreadable.release_if_grown() and released[-1] == "no /proc"  # the old rule: every idle spell
+
+
+def test_an_idle_batcher_keeps_a_lone_requests_pages(classifier_dir, monkeypatch):
+    # The batcher's rule, through its own thread: idle after a lone request, it does not trim.
+    import asyncio
+
+    from bertkit.inference import engine as engine_module
+    from bertkit.serving import batcher as batcher_module
+
+    trims, looked = [], []
+
+    class FakeLibc:
+        def malloc_trim(self, pad):
+            trims.append(pad)
+
+    class Watched(engine_module.FreeMemoryReleaser):
+        def release_if_grown(self):
+            looked.append(super().release_if_grown())
+            return looked[-1]
+
+    monkeypatch.setattr(engine_module, "_LIBC", FakeLibc())
+    monkeypatch.setattr(batcher_module, "FreeMemoryReleaser", Watched)
+    engine = InferenceEngine(classifier_dir, precision="fp32")
+    rows = engine.encode(["a gripping film"])
+
+    def served_then_idle(server):
+        async def one_request():
+            return await server.batcher.submit(rows)
+
+        looked.clear()
+        try:
+            assert len(asyncio.run(one_request())) == 1
+            deadline = time.time() + 30
+            while not looked and time.time() < deadline:  # until the idle batcher has looked at its memory
+                time.sleep(0.02)
+        finally:
+            server.batcher.stop()
+        return list(looked)
+
+    assert served_then_idle(Server(engine, warm_up=True)) == [False] and trims == []
+    monkeypatch.setattr(batcher_module, "TRIM_GROWTH_BYTES", -1)  # any growth: a release per idle spell
+    assert served_then_idle(Server(engine, warm_up=False)) == [True] and trims == [0]
