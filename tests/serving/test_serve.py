@@ -423,5 +423,5 @@ def test_an_idle_batcher_keeps_a_lone_requests_pages(classifier_dir, monkeypatch
         return list(looked)
 
     assert served_then_idle(Server(engine, warm_up=True)) == [False] and trims == []
-    monkeypatch.setattr(batcher_module, "TRIM_GROWTH_BYTES", -1)  # any growth: a release per idle spell
+    monkeypatch.setattr(batcher_module, "TRIM_GROWTH_BYTES", -(1 << 62))  # a release per idle spell, as before
     assert served_then_idle(Server(engine, warm_up=False)) == [True] and trims == [0]
