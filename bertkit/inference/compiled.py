@@ -53,6 +53,7 @@ import torch
 
 from ..device import cpu_features
 from ..errors import BertkitError
+from ..kernels import graph_gemm
 from ..kernels.int8 import Int8Linear, int8_for_graph
 from ..version import __version__
 from .export import _Exported
@@ -143,7 +144,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "bertkit" / "compiled"
 
 
-def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32") -> str:
+def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
+              mkl_gemm: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -152,6 +154,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
+             "gemm": "mkl op" if mkl_gemm else "inductor's",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              "batch": [1, max(BATCH_LIMIT.values())]}
@@ -181,7 +184,8 @@ class CompiledLoneInput:
         self.output_names, self.max_length = tuple(output_names), max_length
         self.max_batch = BATCH_LIMIT[precision]
         folder = cache_dir()
-        key = cache_key(model, self.output_names, max_length, precision)
+        self.mkl_gemm = precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
+        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -223,7 +227,8 @@ class CompiledLoneInput:
         inputs = (example, torch.ones_like(example), torch.zeros_like(example))
         wrapped = _Exported(model, self.output_names).eval()
         try:
-            recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" else contextlib.nullcontext()
+            recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
+                else graph_gemm.recording() if self.mkl_gemm else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 3)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
@@ -242,6 +247,17 @@ class CompiledLoneInput:
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                  token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(self._run(input_ids, attention_mask, token_type_ids))
+
+
+def _mkl_op_loaded(folder: Path) -> bool:
+    """The fp32 graph's MKL GEMM op (kernels/graph_gemm.py) built into the cache folder and loaded;
+    False, said once, where it cannot be: the graph then keeps inductor's oneDNN GEMMs."""
+    try:
+        graph_gemm.load(folder)
+        return True
+    except (RuntimeError, OSError) as e:
+        log.warning(f"compile: MKL's GEMM op unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
+        return False
 
 
 def _first_line(error: Exception, limit: int) -> str:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from .graph_gemm import graph_linear, is_recording
 from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, exporting
 from .packed import bf16_autocast_inference as _bf16_autocast_inference
 from .packed import packed_linear, packing_applies
@@ -85,6 +86,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """
     mode = options.onednn_linear
     if not _onednn_applies(x, mode):
+        if is_recording() and exporting() and x.dtype == weight.dtype == torch.float32 \
+                and not torch.is_autocast_enabled("cpu"):  # a graph compiled ahead with MKL's GEMM (graph_gemm.py)
+            return graph_linear(x, weight, bias)
         return F.linear(x, weight, bias)
     if torch.is_autocast_enabled("cpu"):
         if _onednn_in_inference(mode) and _bf16_autocast_inference(x):

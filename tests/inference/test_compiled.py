@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bertkit import BertForSequenceClassification, BertModel
 from bertkit.errors import BertkitError
@@ -92,15 +93,18 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     rows = again.encode(["a short query"])
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32") in fast._compiled.path.name
+    mkl_gemm = again._compiled.mkl_gemm  # the graph's GEMM op is in the key (kernels/graph_gemm.py)
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm) in fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm) not in \
+        fast._compiled.path.name
     changed = InferenceEngine(model_dir, compile=True)
     with torch.no_grad():
         changed.model.embeddings.word_embeddings.weight[100] += 1.0
-    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128, "fp32")
+    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128, "fp32", mkl_gemm)
     assert key not in fast._compiled.path.name
     torch.set_num_threads(2)  # the kernels are built for a thread count: another count, another package
     try:
-        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32") not in \
+        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm) not in \
             fast._compiled.path.name
     finally:
         torch.set_num_threads(1)
@@ -136,7 +140,10 @@ def test_the_cache_deletes_the_least_recently_used_packages_past_its_limit(tmp_p
 
 def test_a_damaged_package_is_named_in_one_line(tiny_model_dir, cache, monkeypatch, one_thread):
     engine = InferenceEngine(tiny_model_dir, compile=True)
-    key = compiled_module.cache_key(engine.model, ("last_hidden_state",), engine.config.max_position_embeddings)
+    from bertkit.kernels import graph_gemm
+
+    key = compiled_module.cache_key(engine.model, ("last_hidden_state",), engine.config.max_position_embeddings,
+                                    "fp32", graph_gemm.applies(engine.model))
     cache.mkdir(parents=True)
     damaged = cache / f"BertModel-fp32-{key}.pt2"
     damaged.write_bytes(b"not a package")
@@ -311,3 +318,61 @@ def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
         pipeline("feature-extraction", model=InferenceEngine(tiny_model_dir), compile=True)
     with pytest.raises(BertkitError, match="compile needs the fp32 weights"):
         pipeline("feature-extraction", model=tiny_model_dir, dtype=torch.bfloat16, compile=True)
+
+
+def _wrapper_source(package) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(package) as archive:
+        return "".join(archive.read(name).decode(errors="replace") for name in archive.namelist()
+                       if name.endswith("wrapper.cpp"))
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
+def test_the_graphs_mkl_op_is_f_linear_and_follows_a_changed_weight(tmp_path):
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32), torch.randn(48)
+    kept = bias.clone()
+    for shape in [(1, 32), (7, 32), (40, 32), (300, 32), (2, 5, 32), (0, 32)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(torch.ops.bertkit.bertkit_mkl_linear(x, weight, bias), F.linear(x, weight, bias),
+                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.ops.bertkit.bertkit_mkl_linear(x, weight, None), F.linear(x, weight),
+                                   atol=1e-5, rtol=1e-5)
+    assert torch.equal(bias, kept)  # the bias is copied into the output, never written
+    x = torch.randn(9, 32)
+    with torch.no_grad():
+        weight.mul_(-2.0)  # the same address, other values: packed again, not the old pack
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_mkl_linear(x, weight, bias), F.linear(x, weight, bias),
+                               atol=1e-5, rtol=1e-5)
+    transposed = torch.randn(32, 48).t()  # a strided weight is read as its values
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_mkl_linear(x, transposed, None), F.linear(x, transposed),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
+def test_the_fp32_graph_calls_mkls_gemm_where_the_options_take_it(tiny_model_dir, cache, one_thread):
+    # Forced on (mkl_rows, whatever this CPU's default): the package's wrapper calls the op's C function
+    # for every encoder Linear, and gives the eager model's numbers; forced off it calls none.
+    from bertkit.kernels import KernelOptions, graph_gemm
+
+    model = BertModel.from_pretrained(tiny_model_dir, kernels=KernelOptions().replace(mkl_rows=64)).eval()
+    assert graph_gemm.applies(model)
+    runner = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
+    assert runner.mkl_gemm
+    calls = _wrapper_source(runner.path).count(f"{graph_gemm.SHIM}(")
+    layers = model.config.num_hidden_layers
+    assert calls == 1 + 4 * layers  # its declaration, then query/key/value, output, intermediate, output per layer
+    for length in (3, 8, 29, 64):
+        ids = torch.randint(1000, 5000, (1, length))
+        ones, zeros = torch.ones_like(ids), torch.zeros_like(ids)
+        with torch.inference_mode():
+            want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
+        torch.testing.assert_close(runner(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
+    off = BertModel.from_pretrained(tiny_model_dir, kernels=KernelOptions().replace(mkl_rows=0)).eval()
+    assert not graph_gemm.applies(off)
+    plain = compiled_module.CompiledLoneInput(off, ("last_hidden_state",), 64)
+    assert not plain.mkl_gemm and plain.path != runner.path and f"{graph_gemm.SHIM}(" not in _wrapper_source(plain.path)
