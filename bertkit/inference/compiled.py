@@ -9,7 +9,9 @@ that; a compiled graph does. torch.export records the model (its plain path: F.l
 the padding mask, `kernels.exporting()`) with the batch size (1-4) and the length (2 to the
 model's limit) dynamic, one graph for all of them, and AOTInductor compiles it with freezing
 (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared library,
-packaged as a `.pt2` file. At bf16 the model is recorded under bf16 autocast, so the graph holds
+packaged as a `.pt2` file. At fp32, where the model's options take MKL for calls of a few rows
+(`mkl_rows`, Intel CPUs with AMX / AVX512_BF16), the encoder's Linears are recorded as bertkit's
+MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs). At bf16 the model is recorded under bf16 autocast, so the graph holds
 the eager bf16 path's casts (weights folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
 inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
 a bounded set of row counts, whose oneDNN kernels `warm_up` makes (a new row count costs a few ms
