@@ -13,9 +13,10 @@ MKL symbols), built once per torch version with the compiler `--compile` needs a
 in the compile cache; eager models never use it. The packs stay for the process's life (a server's
 one model; a process loading many compiled models keeps each one's).
 
-Measured (2-vCPU Xeon, Emerald Rapids), the compiled fp32 graph with this op against oneDNN's packed
-GEMMs, one input of 8-64 tokens alternated: all-MiniLM-L6-v2 1.13x after 0.1 s of rest and 1.11x
-back to back, BERT-base 1.08x (docs/speed.md).
+Measured (2-vCPU Xeon, Emerald Rapids; benchmarks/compiled_gemm_ab.py), the compiled fp32 graph with
+this op against oneDNN's packed GEMMs, one input of 8-64 tokens alternated, paired: all-MiniLM-L6-v2
+1.13x after 0.1 s of rest and 1.11x back to back, BERT-base 1.09x; 0.98-0.99x at 128-512 tokens,
+where the op has no oneDNN fallback (docs/speed.md).
 """
 
 from __future__ import annotations
