@@ -376,3 +376,21 @@ def test_the_fp32_graph_calls_mkls_gemm_where_the_options_take_it(tiny_model_dir
     assert not graph_gemm.applies(off)
     plain = compiled_module.CompiledLoneInput(off, ("last_hidden_state",), 64)
     assert not plain.mkl_gemm and plain.path != runner.path and f"{graph_gemm.SHIM}(" not in _wrapper_source(plain.path)
+
+
+def test_without_the_mkl_op_the_graph_keeps_onednn_and_says_so(tmp_path, monkeypatch, caplog):
+    from bertkit.kernels import graph_gemm
+
+    monkeypatch.setenv("CXX", "false")  # a "compiler" that fails
+    with pytest.raises(RuntimeError, match="building the MKL op failed"):
+        graph_gemm._build(tmp_path / "op.so")
+    assert not (tmp_path / "op.so").exists() and not list(tmp_path.glob(".compiling-*"))  # nothing half-made
+
+    def no_compiler(folder):
+        raise RuntimeError("no C++ compiler (c++ or g++, or $CXX)")
+
+    monkeypatch.setattr(graph_gemm, "load", no_compiler)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert compiled_module._mkl_op_loaded(tmp_path) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
