@@ -11,8 +11,9 @@ model's limit) dynamic, one graph for all of them, and AOTInductor compiles it w
 (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared library,
 packaged as a `.pt2` file. At fp32, where the model's options take MKL for calls of a few rows
 (`mkl_rows`, Intel CPUs with AMX / AVX512_BF16), the encoder's Linears are recorded as bertkit's
-MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs). At bf16 the model is recorded under bf16 autocast, so the graph holds
-the eager bf16 path's casts (weights folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
+MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs). At bf16 the
+model is recorded under bf16 autocast, so the graph holds the eager bf16 path's casts (weights
+folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
 inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
 a bounded set of row counts, whose oneDNN kernels `warm_up` makes (a new row count costs a few ms
 the first time). The graph computes on the padded batch where the eager engine unpads, so it takes
@@ -253,7 +254,7 @@ class CompiledLoneInput:
 
 def _mkl_op_loaded(folder: Path) -> bool:
     """The fp32 graph's MKL GEMM op (kernels/graph_gemm.py) built into the cache folder and loaded;
-    False, said once, where it cannot be: the graph then keeps inductor's oneDNN GEMMs."""
+    False, with a warning, where it cannot be: the graph then keeps inductor's oneDNN GEMMs."""
     try:
         graph_gemm.load(folder)
         return True

@@ -69,22 +69,29 @@ struct Pack {
 std::mutex packs_lock;
 std::unordered_map<const void*, Pack> packs;
 
-std::vector<float> sample_of(const at::Tensor& w) {
+// The values at these positions: a few dozen, read on every call without allocating.
+template <typename Visit>
+void for_each_sampled(const at::Tensor& w, Visit visit) {
   const float* v = w.data_ptr<float>();
   int64_t step = std::max<int64_t>(1, w.numel() / kSamples);
-  std::vector<float> out;
-  for (int64_t i = 0; i < w.numel(); i += step) out.push_back(v[i]);
-  out.push_back(v[w.numel() - 1]);
-  return out;
+  for (int64_t i = 0; i < w.numel(); i += step) visit(v[i]);
+  visit(v[w.numel() - 1]);
+}
+
+bool same_weight(const Pack& pack, const at::Tensor& w) {
+  if (pack.n != w.size(0) || pack.k != w.size(1)) return false;
+  size_t at = 0;
+  bool same = true;
+  for_each_sampled(w, [&](float value) { same = same && at < pack.sample.size() && pack.sample[at++] == value; });
+  return same && at == pack.sample.size();
 }
 
 const float* pack_of(const at::Tensor& w) {
   std::lock_guard<std::mutex> guard(packs_lock);
-  auto sample = sample_of(w);
   auto found = packs.find(w.data_ptr());
-  if (found != packs.end() && found->second.n == w.size(0) && found->second.k == w.size(1) &&
-      found->second.sample == sample)
-    return found->second.data.data_ptr<float>();
+  if (found != packs.end() && same_weight(found->second, w)) return found->second.data.data_ptr<float>();
+  std::vector<float> sample;
+  for_each_sampled(w, [&](float value) { sample.push_back(value); });
   int n = w.size(0), k = w.size(1);
   size_t bytes = cblas_sgemm_pack_get_size(kBMatrix, kPackRows, n, k);
   auto data = at::empty({static_cast<int64_t>(bytes / sizeof(float) + 1)}, w.options());
@@ -98,7 +105,7 @@ at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& weight, const std::
               "bertkit_mkl_linear takes fp32 CPU tensors");
   TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "bertkit_mkl_linear: shapes do not match");
   // Packs are kept per weight address, which a graph's constants hold; anything else takes torch's GEMM.
-  if (!weight.is_contiguous() || weight.size(1) == 0) return at::linear(x, weight, bias);
+  if (!weight.is_contiguous() || weight.numel() == 0) return at::linear(x, weight, bias);
   const auto& w = weight;
   auto input = x.contiguous();
   int64_t k = w.size(1), n = w.size(0), m = input.numel() / k;

@@ -394,3 +394,12 @@ def test_without_the_mkl_op_the_graph_keeps_onednn_and_says_so(tmp_path, monkeyp
         assert compiled_module._mkl_op_loaded(tmp_path) is False
     assert [r.getMessage() for r in caplog.records] == [
         "compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
+def test_the_graphs_mkl_op_takes_an_empty_weight(tmp_path):
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    x = torch.randn(3, 8)
+    assert torch.ops.bertkit.bertkit_mkl_linear(x, torch.empty(0, 8), None).shape == (3, 0)
