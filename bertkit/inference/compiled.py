@@ -148,7 +148,7 @@ def cache_dir() -> Path:
 
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
-              mkl_gemm: bool = False) -> str:
+              mkl_gemm: bool = False, int8_gemm: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -157,7 +157,9 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "inductor's",
+             "gemm": "mkl op" if mkl_gemm else "amx int8 op" if int8_gemm else "inductor's",
+             # the ops' library (its name holds its source's hash): a package calls its C functions
+             "ops": graph_gemm.loaded_name() if mkl_gemm or int8_gemm else None,
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              "batch": [1, max(BATCH_LIMIT.values())]}
@@ -174,10 +176,11 @@ class CompiledLoneInput:
     (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
     eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
-    (kernels/int8.int8_for_graph)."""
+    (kernels/int8.int8_for_graph). `gemm_ops` False: inductor's GEMMs even where bertkit's own
+    (kernels/graph_gemm.py) apply (the A/B in benchmarks/compiled_gemm_ab.py)."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", gemm_ops: bool = True):
         _check_can_compile(model, precision)
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
@@ -187,8 +190,9 @@ class CompiledLoneInput:
         self.output_names, self.max_length = tuple(output_names), max_length
         self.max_batch = BATCH_LIMIT[precision]
         folder = cache_dir()
-        self.mkl_gemm = precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
-        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm)
+        self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
+        self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
+        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -231,7 +235,8 @@ class CompiledLoneInput:
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
-                else graph_gemm.recording() if self.mkl_gemm else contextlib.nullcontext()
+                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm) if self.mkl_gemm or self.int8_gemm \
+                else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 3)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
@@ -260,6 +265,16 @@ def _mkl_op_loaded(folder: Path) -> bool:
         return True
     except (RuntimeError, OSError) as e:
         log.warning(f"compile: MKL's GEMM op unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
+        return False
+
+
+def _amx_int8_op(folder: Path) -> bool:
+    """The int8 graph's AMX GEMM op (kernels/graph_gemm.py) built, loaded and able to use the tiles;
+    False, with a warning where it cannot be built, and the graph keeps oneDNN's `_int_mm`."""
+    try:
+        return graph_gemm.amx_int8(folder)
+    except (RuntimeError, OSError) as e:
+        log.warning(f"compile: the AMX int8 GEMM op unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
         return False
 
 

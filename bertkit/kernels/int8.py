@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..device import cpu_features
+from . import graph_gemm
 from .linear import ProjectedWithQuery, QKVProjection
 
 QUANTIZE_CHOICES = ("none", "int8")
@@ -271,6 +272,8 @@ class RowInt8Linear(nn.Module):
     def project(self, flat: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
         """(N, in) values and their (N, 1) scales -> (N, out)."""
         quantised = torch.round(flat / row_scale).to(torch.int8)
+        if graph_gemm.is_recording_int8():  # bertkit's AMX GEMM, the scales and bias applied as it writes
+            return graph_gemm.graph_int8_linear(quantised, row_scale, self.weight, self.weight_scale, self.bias)
         # int32 -> fp32, times the row scale, times the weight scale, plus bias: one fused loop after the GEMM
         y = torch._int_mm(quantised, self.weight).to(torch.float32) * row_scale * self.weight_scale
         return y if self.bias is None else y + self.bias

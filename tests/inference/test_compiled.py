@@ -382,7 +382,7 @@ def test_without_the_mkl_op_the_graph_keeps_onednn_and_says_so(tmp_path, monkeyp
     from bertkit.kernels import graph_gemm
 
     monkeypatch.setenv("CXX", "false")  # a "compiler" that fails
-    with pytest.raises(RuntimeError, match="building the MKL op failed"):
+    with pytest.raises(RuntimeError, match="building the GEMM ops failed"):
         graph_gemm._build(tmp_path / "op.so")
     assert not (tmp_path / "op.so").exists() and not list(tmp_path.glob(".compiling-*"))  # nothing half-made
 
@@ -403,3 +403,62 @@ def test_the_graphs_mkl_op_takes_an_empty_weight(tmp_path):
     graph_gemm.load(tmp_path / "ops")
     x = torch.randn(3, 8)
     assert torch.ops.bertkit.bertkit_mkl_linear(x, torch.empty(0, 8), None).shape == (3, 0)
+
+
+def _int8_case(m: int, k: int, n: int):
+    q = torch.randint(-127, 128, (m, k), dtype=torch.int8)
+    weight = torch.randint(-127, 128, (n, k), dtype=torch.int8).t()  # (in, out) as the graph holds it
+    return q, torch.rand(m, 1) / 50, weight, torch.rand(n) / 50, torch.randn(n)
+
+
+def test_the_graphs_int8_op_gives_the_exact_int8_sums_with_their_scales(tmp_path):
+    """bertkit_int8_linear against the definition: int32 sums of int8 products (exact, as oneDNN's
+    `_int_mm`), times the row's and the column's scale, plus the bias; on AMX tiles where the CPU
+    has them, for row counts, widths and depths that are not whole tiles too."""
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    assert torch.ops.bertkit.bertkit_amx_int8() == graph_gemm.amx_int8(tmp_path / "ops")
+    if cpu_features().amx:  # Linux lets a process use the tiles it asks for
+        assert torch.ops.bertkit.bertkit_amx_int8()
+    torch.manual_seed(0)
+    kept = []  # packs are kept per weight address: the weights live through the test
+    for m, k, n in ((1, 384, 384), (7, 100, 50), (16, 64, 64), (17, 384, 1152), (40, 1536, 384), (33, 768, 96),
+                    (64, 72, 200), (130, 384, 64), (0, 64, 64)):
+        q, row_scale, weight, weight_scale, bias = case = _int8_case(m, k, n)
+        kept.append(case)
+        sums = (q.long() @ weight.long()).double()
+        want = (sums * row_scale.double() * weight_scale.double() + bias.double()).float()
+        got = graph_gemm.graph_int8_linear(q, row_scale, weight, weight_scale, bias)
+        assert got.shape == (m, n) and got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        ones = graph_gemm.graph_int8_linear(q, torch.ones(m, 1), weight, torch.ones(n), None)
+        assert torch.equal(ones, sums.float())  # the sums themselves, exactly
+    q, row_scale, weight, weight_scale, bias = kept[3]
+    before = graph_gemm.graph_int8_linear(q, row_scale, weight, weight_scale, bias)
+    weight.neg_()  # changed in place, at the same address: packed again
+    torch.testing.assert_close(graph_gemm.graph_int8_linear(q, row_scale, weight, weight_scale, bias), 2 * bias - before,
+                               rtol=1e-5, atol=1e-4)
+    assert torch.equal(bias, kept[3][4])  # the bias is read, never written
+
+
+@pytest.mark.skipif(not cpu_features().amx, reason="the int8 graph takes bertkit's AMX GEMM only on CPUs with AMX")
+def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model_dir, cache, one_thread):
+    # The package's wrapper calls the op's C function for every encoder Linear, and its outputs are the
+    # _int_mm graph's (the same per-token int8 sums and scales) to float rounding; gemm_ops=False
+    # keeps oneDNN's _int_mm and is another package.
+    from bertkit.kernels import graph_gemm
+
+    model = quantize_int8(BertModel.from_pretrained(tiny_model_dir).eval())
+    ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8")
+    assert ours.int8_gemm and not ours.mkl_gemm
+    assert _wrapper_source(ours.path).count(f"{graph_gemm.INT8_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
+    onednn = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8", gemm_ops=False)
+    assert not onednn.int8_gemm and onednn.path != ours.path
+    assert f"{graph_gemm.INT8_SHIM}(" not in _wrapper_source(onednn.path)
+    for batch, length in ((1, 3), (1, 29), (2, 17), (4, 64)):
+        ids = torch.randint(1000, 5000, (batch, length))
+        mask = torch.ones_like(ids)
+        mask[0, length // 2:] = 0 if batch > 1 else 1  # padding in a batch
+        zeros = torch.zeros_like(ids)
+        torch.testing.assert_close(ours(ids, mask, zeros)[0], onednn(ids, mask, zeros)[0], atol=1e-4, rtol=1e-4)

@@ -1,0 +1,311 @@
+// bertkit's GEMM ops for graphs compiled ahead (kernels/graph_gemm.py builds and loads this file):
+//
+//   bertkit_mkl_linear(x, weight, bias)        fp32: MKL's packed sgemm, for any row count
+//   bertkit_int8_linear(q, row_scale, weight, weight_scale, bias)
+//                                              int8: per-row int8 x per-column int8 on AMX tiles,
+//                                              its scales and bias applied as the sums leave the tiles
+//
+// Each packs a weight once, on its first call, kept by the weight's address (a graph's constants
+// keep theirs) and checked against a sample of its values (a freed graph's address may be reused
+// by another's constants). AOTInductor calls the ops through their C functions (SHIM_*).
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {  // MKL's packed GEMM (LP64), as libtorch_cpu exports it
+size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k);
+void cblas_sgemm_pack(int layout, int identifier, int trans, int m, int n, int k, float alpha,
+                      const float* src, int ld, float* dest);
+void cblas_sgemm_compute(int layout, int transa, int transb, int m, int n, int k, const float* a, int lda,
+                         const float* b, int ldb, float beta, float* c, int ldc);
+}
+
+namespace {
+constexpr int64_t kSamples = 64;
+
+// ---- packs kept per weight address
+
+struct Pack {
+  std::vector<int64_t> shape;
+  std::vector<double> sample;
+  at::Tensor data;
+};
+
+// The values at a few dozen positions of a 2-D weight (any strides), read without allocating.
+template <typename T, typename Visit>
+void for_each_sampled(const at::Tensor& w, Visit visit) {
+  auto values = w.accessor<T, 2>();
+  int64_t columns = w.size(1), count = w.numel();
+  int64_t step = std::max<int64_t>(1, count / kSamples);
+  for (int64_t i = 0; i < count; i += step) visit(static_cast<double>(values[i / columns][i % columns]));
+  visit(static_cast<double>(values[(count - 1) / columns][(count - 1) % columns]));
+}
+
+template <typename T>
+bool same_weight(const Pack& pack, const at::Tensor& w) {
+  if (pack.shape != w.sizes().vec()) return false;
+  size_t at = 0;
+  bool same = true;
+  for_each_sampled<T>(w, [&](double value) { same = same && at < pack.sample.size() && pack.sample[at++] == value; });
+  return same && at == pack.sample.size();
+}
+
+// The pack of `w` made by `make(w)` on the first call for its address and values.
+template <typename T, typename Make>
+at::Tensor pack_for(std::unordered_map<const void*, Pack>& packs, std::mutex& lock, const at::Tensor& w, Make make) {
+  std::lock_guard<std::mutex> guard(lock);
+  auto found = packs.find(w.data_ptr());
+  if (found != packs.end() && same_weight<T>(found->second, w)) return found->second.data;
+  std::vector<double> sample;
+  for_each_sampled<T>(w, [&](double value) { sample.push_back(value); });
+  at::Tensor data = make(w);
+  packs[w.data_ptr()] = Pack{w.sizes().vec(), std::move(sample), data};
+  return data;
+}
+
+// ---- fp32: MKL's packed sgemm
+
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162;
+constexpr int kPackRows = 64;  // sizes the pack only: any row count may use it
+std::mutex mkl_lock;
+std::unordered_map<const void*, Pack> mkl_packs;
+
+at::Tensor mkl_pack(const at::Tensor& w) {
+  int n = w.size(0), k = w.size(1);
+  size_t bytes = cblas_sgemm_pack_get_size(kBMatrix, kPackRows, n, k);
+  auto data = at::empty({static_cast<int64_t>(bytes / sizeof(float) + 1)}, w.options());
+  cblas_sgemm_pack(kRowMajor, kBMatrix, kTrans, kPackRows, n, k, 1.0f, w.data_ptr<float>(), k, data.data_ptr<float>());
+  return data;
+}
+
+at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.device().is_cpu(),
+              "bertkit_mkl_linear takes fp32 CPU tensors");
+  TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "bertkit_mkl_linear: shapes do not match");
+  // Packs are kept per weight address, which a graph's constants hold; anything else takes torch's GEMM.
+  if (!weight.is_contiguous() || weight.numel() == 0) return at::linear(x, weight, bias);
+  auto input = x.contiguous();
+  int64_t k = weight.size(1), n = weight.size(0), m = input.numel() / k;
+  auto sizes = input.sizes().vec();
+  sizes.back() = n;
+  float beta = 0.0f;
+  auto y = at::empty({m, n}, input.options());
+  if (bias.has_value() && bias->defined()) {  // C = bias (copied: never the bias itself), then C += x W^T
+    y.copy_(bias->expand({m, n}));
+    beta = 1.0f;
+  }
+  if (m > 0) {
+    auto pack = pack_for<float>(mkl_packs, mkl_lock, weight, mkl_pack);
+    cblas_sgemm_compute(kRowMajor, kNoTrans, kPacked, m, n, k, input.data_ptr<float>(), k, pack.data_ptr<float>(), k,
+                        beta, y.data_ptr<float>(), n);
+  }
+  return y.view(sizes);
+}
+
+// ---- int8 on AMX tiles
+//
+// A tile holds 16 rows of 64 bytes. TDPBSSD adds A (16 rows x 64 int8 of K) times B (16 rows of
+// 16 columns x 4 consecutive K values: 64 K values of 16 columns) to C (16 x 16 int32): exact
+// int32 sums, as oneDNN's s8 x s8 GEMM gives. The weight is packed as 16-column blocks, each its
+// K / 4 rows of 64 bytes, so a block's B tile for K values kt..kt+63 is 16 consecutive rows.
+
+constexpr int64_t kTileRows = 16, kTileK = 64, kBlock = 16, kQuad = 64;  // kQuad: columns per step
+std::mutex int8_lock;
+std::unordered_map<const void*, Pack> int8_packs;
+
+int64_t padded(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+at::Tensor int8_pack(const at::Tensor& w) {  // (K, N) int8 -> [N/16][K/4][16][4], zero padded
+  int64_t k = w.size(0), n = w.size(1), kp = padded(k, kTileK), np = padded(n, kQuad);
+  auto data = at::zeros({np * kp}, w.options().dtype(at::kChar));
+  int8_t* d = data.data_ptr<int8_t>();
+  auto values = w.accessor<int8_t, 2>();
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < k; ++i) d[((j / kBlock) * (kp / 4) + i / 4) * kBlock * 4 + (j % kBlock) * 4 + i % 4] = values[i][j];
+  return data;
+}
+
+bool amx_usable() {
+  static const bool usable = [] {
+    if (!__builtin_cpu_supports("avx512f")) return false;
+    unsigned eax, ebx, ecx, edx;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    bool tiles = (edx >> 24) & 1, int8 = (edx >> 25) & 1;  // AMX-TILE, AMX-INT8
+    // Linux hands a process the tiles' state only when asked (ARCH_REQ_XCOMP_PERM, XTILEDATA)
+    return tiles && int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return usable;
+}
+
+struct TileConfig {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t bytes_per_row[16];
+  uint8_t rows[16];
+};
+
+struct Int8Problem {
+  const int8_t* a;  // (mp, kp): rows padded to 16, K to 64, zeros
+  int64_t m, mp, kp, n;
+  const int8_t* b;  // the pack
+  const float *row_scale, *weight_scale, *bias;  // (m), (n), (n) or null
+  float* y;         // (m, n)
+};
+
+// C tiles 0-3 -> y: int32 sums times the row's and the column's scale, plus the bias.
+__attribute__((target("avx512f"))) void store_tiles(const Int8Problem& p, const int32_t (*sums)[kTileRows][kBlock],
+                                                     const int64_t* rows0, const int64_t* columns0, int tiles) {
+  for (int t = 0; t < tiles; ++t) {
+    int64_t column = columns0[t], columns = std::min<int64_t>(kBlock, p.n - column);
+    if (columns <= 0) continue;
+    __mmask16 mask = static_cast<__mmask16>((1u << columns) - 1);
+    __m512 scale = _mm512_maskz_loadu_ps(mask, p.weight_scale + column);
+    __m512 bias = p.bias ? _mm512_maskz_loadu_ps(mask, p.bias + column) : _mm512_setzero_ps();
+    for (int64_t r = 0; r < kTileRows && rows0[t] + r < p.m; ++r) {
+      int64_t row = rows0[t] + r;
+      __m512 value = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums[t][r]));
+      value = _mm512_fmadd_ps(_mm512_mul_ps(value, _mm512_set1_ps(p.row_scale[row])), scale, bias);
+      _mm512_mask_storeu_ps(p.y + row * p.n + column, mask, value);
+    }
+  }
+}
+
+// Columns quad0 * 64 .. quad1 * 64 of y. Two row tiles at a time take 2 x 2 accumulators (two A
+// tiles and two B tiles per K step); a last single row tile takes 1 x 4 (four column blocks), so
+// that four independent tile products are in flight in either case.
+__attribute__((target("amx-tile,amx-int8,avx512f"))) void int8_columns(const Int8Problem& p, int64_t quad0, int64_t quad1) {
+  TileConfig config{};
+  config.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = kTileRows;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) int32_t sums[4][kTileRows][kBlock];
+  const int64_t block_bytes = (p.kp / 4) * kBlock * 4;
+  for (int64_t quad = quad0; quad < quad1; ++quad) {
+    const int8_t* b = p.b + quad * 4 * block_bytes;
+    int64_t r0 = 0;
+    for (; r0 + 2 * kTileRows <= p.mp; r0 += 2 * kTileRows) {
+      for (int half = 0; half < 2; ++half) {
+        const int8_t* b0 = b + (2 * half) * block_bytes;
+        const int8_t* b1 = b0 + block_bytes;
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (int64_t kt = 0; kt < p.kp; kt += kTileK) {
+          _tile_loadd(4, p.a + r0 * p.kp + kt, p.kp);
+          _tile_loadd(5, p.a + (r0 + kTileRows) * p.kp + kt, p.kp);
+          _tile_loadd(6, b0 + kt * kBlock, 64);
+          _tile_loadd(7, b1 + kt * kBlock, 64);
+          _tile_dpbssd(0, 4, 6);
+          _tile_dpbssd(1, 4, 7);
+          _tile_dpbssd(2, 5, 6);
+          _tile_dpbssd(3, 5, 7);
+        }
+        _tile_stored(0, sums[0], 64); _tile_stored(1, sums[1], 64);
+        _tile_stored(2, sums[2], 64); _tile_stored(3, sums[3], 64);
+        int64_t column = quad * kQuad + half * 2 * kBlock;
+        const int64_t rows0[4] = {r0, r0, r0 + kTileRows, r0 + kTileRows};
+        const int64_t columns0[4] = {column, column + kBlock, column, column + kBlock};
+        store_tiles(p, sums, rows0, columns0, 4);
+      }
+    }
+    if (r0 < p.mp) {  // one row tile left
+      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      for (int64_t kt = 0; kt < p.kp; kt += kTileK) {
+        _tile_loadd(4, p.a + r0 * p.kp + kt, p.kp);
+        _tile_loadd(5, b + kt * kBlock, 64);
+        _tile_loadd(6, b + block_bytes + kt * kBlock, 64);
+        _tile_loadd(7, b + 2 * block_bytes + kt * kBlock, 64);
+        _tile_dpbssd(0, 4, 5);
+        _tile_dpbssd(1, 4, 6);
+        _tile_dpbssd(2, 4, 7);
+        _tile_loadd(5, b + 3 * block_bytes + kt * kBlock, 64);
+        _tile_dpbssd(3, 4, 5);
+      }
+      _tile_stored(0, sums[0], 64); _tile_stored(1, sums[1], 64);
+      _tile_stored(2, sums[2], 64); _tile_stored(3, sums[3], 64);
+      int64_t column = quad * kQuad;
+      const int64_t rows0[4] = {r0, r0, r0, r0};
+      const int64_t columns0[4] = {column, column + kBlock, column + 2 * kBlock, column + 3 * kBlock};
+      store_tiles(p, sums, rows0, columns0, 4);
+    }
+  }
+  _tile_release();
+}
+
+// (M, K) int8 rows q, their (M, 1) scales, the (K, N) int8 weight (any strides), its (N,) scales
+// and bias -> (M, N) fp32: (q @ weight) * row_scale * weight_scale + bias.
+at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const at::Tensor& weight,
+                       const at::Tensor& weight_scale, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(q.scalar_type() == at::kChar && weight.scalar_type() == at::kChar && q.device().is_cpu(),
+              "bertkit_int8_linear takes int8 CPU rows and weights");
+  TORCH_CHECK(q.dim() == 2 && weight.dim() == 2 && q.size(1) == weight.size(0) && row_scale.numel() == q.size(0) &&
+              weight_scale.numel() == weight.size(1), "bertkit_int8_linear: shapes do not match");
+  bool has_bias = bias.has_value() && bias->defined();
+  int64_t m = q.size(0), k = q.size(1), n = weight.size(1);
+  auto scales = row_scale.to(at::kFloat).contiguous().view({m});
+  auto column_scales = weight_scale.to(at::kFloat).contiguous();
+  at::Tensor bias_values = has_bias ? bias->to(at::kFloat).contiguous() : at::Tensor();
+  if (!amx_usable() || m == 0 || n == 0 || k == 0) {  // oneDNN's s8 GEMM: the same sums, without the tiles
+    auto y = at::_int_mm(q.contiguous(), weight).to(at::kFloat) * scales.view({m, 1}) * column_scales;
+    return has_bias ? y + bias_values : y;
+  }
+  auto pack = pack_for<int8_t>(int8_packs, int8_lock, weight, int8_pack);
+  int64_t kp = padded(k, kTileK), mp = padded(m, kTileRows);
+  auto rows = q.contiguous();
+  if (kp != k || mp != m) rows = at::constant_pad_nd(rows, {0, kp - k, 0, mp - m}, 0);
+  auto y = at::empty({m, n}, q.options().dtype(at::kFloat));
+  Int8Problem problem{rows.data_ptr<int8_t>(), m, mp, kp, n, pack.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                      column_scales.data_ptr<float>(), has_bias ? bias_values.data_ptr<float>() : nullptr,
+                      y.data_ptr<float>()};
+  at::parallel_for(0, padded(n, kQuad) / kQuad, 1, [&](int64_t quad0, int64_t quad1) {
+    int8_columns(problem, quad0, quad1);
+  });
+  return y;
+}
+
+bool amx_int8() { return amx_usable(); }
+}  // namespace
+
+TORCH_LIBRARY(bertkit, m) {
+  m.def("bertkit_mkl_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
+  m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
+}
+TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
+  m.impl("bertkit_mkl_linear", &mkl_linear);
+  m.impl("bertkit_int8_linear", &int8_linear);
+}
+
+extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_MKL(
+    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    using namespace torch::aot_inductor;
+    std::optional<at::Tensor> b;
+    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
+    *ret0 = new_tensor_handle(mkl_linear(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight), b));
+  });
+}
+
+extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_INT8(
+    AtenTensorHandle q, AtenTensorHandle row_scale, AtenTensorHandle weight, AtenTensorHandle weight_scale,
+    AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    using namespace torch::aot_inductor;
+    std::optional<at::Tensor> b;
+    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
+    *ret0 = new_tensor_handle(int8_linear(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(row_scale),
+                                          *tensor_handle_to_tensor_pointer(weight),
+                                          *tensor_handle_to_tensor_pointer(weight_scale), b));
+  });
+}
