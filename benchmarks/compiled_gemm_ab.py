@@ -1,15 +1,17 @@
-"""The compiled fp32 graph with MKL's GEMMs (kernels/graph_gemm.py) against the same graph with
-oneDNN's, one input at a time, alternated in one process (issue 39).
+"""The compiled graph with bertkit's GEMM ops (kernels/graph_gemm.py: MKL's packed sgemm at fp32, the
+AMX int8 GEMM at int8) against the same graph with inductor's (oneDNN's), one input at a time,
+alternated in one process (issue 39).
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
     python benchmarks/compiled_gemm_ab.py --rest 0 --lengths 128,256
+    python benchmarks/compiled_gemm_ab.py --precision int8         # the engine's int8 weights, per-token graph
 
-Both graphs are compiled (or loaded from the compile cache) from the same weights: one from a model
-holding this CPU's options, one holding `mkl_rows=0` (so it keeps inductor's oneDNN GEMMs). Each
-round sends one input (length a multiple of 8, drawn in LO-HI) through both, in turns, each call
-after `--rest` seconds without any. Prints the medians and the paired median of per-call ratios; with
---output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there.
+Both graphs are compiled (or loaded from the compile cache) from the same weights, one with
+`gemm_ops=False`. Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
+in turns, each call after `--rest` seconds without any. Prints the medians and the paired median of
+per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there
+(compiled_gemm_ab_int8_... at int8).
 """
 
 from __future__ import annotations
@@ -39,18 +41,23 @@ def main() -> None:
     parser.add_argument("--rest", type=float, default=0.1, help="seconds without any call before each timed call")
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     lo, hi = (int(v) for v in args.lengths.split(","))
     torch.set_num_threads(args.threads)
 
-    mkl_model = bench_engines.bertkit_model(args.size)
-    onednn_model = bench_engines.bertkit_model(args.size)
-    onednn_model.hold_kernels(onednn_model.kernels.replace(mkl_rows=0))
-    graphs = {"oneDNN GEMMs": CompiledLoneInput(onednn_model, output_names_for(onednn_model), 512),
-              "MKL GEMMs": CompiledLoneInput(mkl_model, output_names_for(mkl_model), 512)}
-    if not graphs["MKL GEMMs"].mkl_gemm:
-        raise SystemExit("this CPU's options do not take MKL for few rows (mkl_rows is 0): nothing to compare")
+    model = bench_engines.bertkit_model(args.size)
+    if args.precision == "int8":  # the engine's int8 weights; the graph quantises per token (kernels/int8.py)
+        from bertkit.kernels.int8 import quantize_int8
+
+        quantize_int8(model)
+    ours = "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
+    graphs = {"oneDNN GEMMs": CompiledLoneInput(model, output_names_for(model), 512, args.precision, gemm_ops=False),
+              ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
+    if not (graphs[ours].mkl_gemm or graphs[ours].int8_gemm):
+        raise SystemExit("bertkit's GEMM op does not apply on this CPU (fp32: mkl_rows is 0; int8: no AMX): "
+                         "nothing to compare")
 
     def one_input(length: int):
         ids = torch.randint(1000, 20000, (1, length))
@@ -65,7 +72,7 @@ def main() -> None:
             for graph in graphs.values():
                 graph(*one_input(length))
         inputs = one_input(40)
-        difference = (graphs["MKL GEMMs"](*inputs)[0] - graphs["oneDNN GEMMs"](*inputs)[0]).abs().max().item()
+        difference = (graphs[ours](*inputs)[0] - graphs["oneDNN GEMMs"](*inputs)[0]).abs().max().item()
         for i, length in enumerate(lengths):
             inputs = one_input(length)
             for name in (list(graphs) if i % 2 else list(graphs)[::-1]):
@@ -75,18 +82,19 @@ def main() -> None:
                 graphs[name](*inputs)
                 times[name].append(time.perf_counter() - started)
     medians = {name: 1e3 * statistics.median(values) for name, values in times.items()}
-    result = {"size": args.size, "lengths": [lo, hi], "rest_s": args.rest, "rounds": args.rounds,
-              "threads": args.threads, "median_ms": medians, "max_abs_difference": difference,
-              "mkl_speedup_median": medians["oneDNN GEMMs"] / medians["MKL GEMMs"],
-              "mkl_speedup_paired": statistics.median(a / b for a, b in zip(times["oneDNN GEMMs"], times["MKL GEMMs"])),
+    result = {"size": args.size, "precision": args.precision, "lengths": [lo, hi], "rest_s": args.rest,
+              "rounds": args.rounds, "threads": args.threads, "median_ms": medians, "max_abs_difference": difference,
+              "speedup_median": medians["oneDNN GEMMs"] / medians[ours],
+              "speedup_paired": statistics.median(a / b for a, b in zip(times["oneDNN GEMMs"], times[ours])),
               "machine": machine_description(), "torch": torch.__version__}
-    print(f"{args.size}, one input of {lo}-{hi} tokens, {args.rest} s of rest: oneDNN GEMMs "
-          f"{medians['oneDNN GEMMs']:.2f} ms, MKL GEMMs {medians['MKL GEMMs']:.2f} ms; MKL's speed-up "
-          f"{result['mkl_speedup_median']:.3f}x median, {result['mkl_speedup_paired']:.3f}x paired; "
+    print(f"{args.size} {args.precision}, one input of {lo}-{hi} tokens, {args.rest} s of rest: oneDNN GEMMs "
+          f"{medians['oneDNN GEMMs']:.2f} ms, {ours} {medians[ours]:.2f} ms; the speed-up "
+          f"{result['speedup_median']:.3f}x median, {result['speedup_paired']:.3f}x paired; "
           f"outputs {difference:.1e} apart")
     if args.output:
         args.output.mkdir(parents=True, exist_ok=True)
-        path = args.output / f"compiled_gemm_ab_{args.size}_{lo}-{hi}_rest{args.rest:g}.json"
+        tag = "" if args.precision == "fp32" else "int8_"
+        path = args.output / f"compiled_gemm_ab_{tag}{args.size}_{lo}-{hi}_rest{args.rest:g}.json"
         path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {path}")
 
