@@ -155,14 +155,14 @@ struct TileConfig {
 };
 
 struct Int8Problem {
-  const int8_t* a;  // (mp, kp): rows padded to 16, K to 64, zeros
-  int64_t m, mp, kp, n;
+  const int8_t* a;  // (m, kp): K padded to 64 with zeros
+  int64_t m, kp, n;
   const int8_t* b;  // the pack
   const float *row_scale, *weight_scale, *bias;  // (m), (n), (n) or null
   float* y;         // (m, n)
 };
 
-// C tiles 0-3 -> y: int32 sums times the row's and the column's scale, plus the bias.
+// C tiles -> y: int32 sums times the row's and the column's scale, plus the bias.
 __attribute__((target("avx512f"))) void store_tiles(const Int8Problem& p, const int32_t (*sums)[kTileRows][kBlock],
                                                      const int64_t* rows0, const int64_t* columns0, int tiles) {
   for (int t = 0; t < tiles; ++t) {
@@ -180,23 +180,51 @@ __attribute__((target("avx512f"))) void store_tiles(const Int8Problem& p, const 
   }
 }
 
+// Tile shapes, each a row count of 64 bytes. Two row tiles at a time (2 x 2): C 0-1 and A 4 take the
+// first tile's rows, C 2-3 and A 5 the second's, B 6-7 are 16 rows of 64 K values; one row tile
+// (1 x 4): C 0-3 and A 4 take its rows, B 5-7. A last tile of fewer than 16 rows is configured so,
+// rather than padded: the rows are read from the input as they are.
+struct TileShapes {
+  int first, second;  // 2 x 2: the rows of both tiles; 1 x 4: second = 0
+  bool operator!=(const TileShapes& other) const { return first != other.first || second != other.second; }
+};
+
+__attribute__((target("amx-tile"))) void configure(TileShapes shapes) {
+  TileConfig config{};
+  config.palette = 1;
+  for (int t = 0; t < 8; ++t) config.bytes_per_row[t] = 64;
+  int c[8];
+  if (shapes.second > 0) {
+    const int rows[8] = {shapes.first, shapes.first, shapes.second, shapes.second, shapes.first, shapes.second, 16, 16};
+    std::copy(rows, rows + 8, c);
+  } else {
+    const int rows[8] = {shapes.first, shapes.first, shapes.first, shapes.first, shapes.first, 16, 16, 16};
+    std::copy(rows, rows + 8, c);
+  }
+  for (int t = 0; t < 8; ++t) config.rows[t] = static_cast<uint8_t>(c[t]);
+  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of the 64: without this barrier the
+  // other stores into `config` may be dropped as dead, and LDTILECFG faults on what is left.
+  __asm__ __volatile__("" : : "r"(&config) : "memory");
+  _tile_loadconfig(&config);
+}
+
 // Columns quad0 * 64 .. quad1 * 64 of y. Two row tiles at a time take 2 x 2 accumulators (two A
 // tiles and two B tiles per K step); a last single row tile takes 1 x 4 (four column blocks), so
 // that four independent tile products are in flight in either case.
 __attribute__((target("amx-tile,amx-int8,avx512f"))) void int8_columns(const Int8Problem& p, int64_t quad0, int64_t quad1) {
-  TileConfig config{};
-  config.palette = 1;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = kTileRows;
-  }
-  _tile_loadconfig(&config);
   alignas(64) int32_t sums[4][kTileRows][kBlock];
   const int64_t block_bytes = (p.kp / 4) * kBlock * 4;
+  TileShapes loaded{-1, -1};
+  auto shape = [&](TileShapes wanted) {
+    if (wanted != loaded) configure(wanted);
+    loaded = wanted;
+  };
   for (int64_t quad = quad0; quad < quad1; ++quad) {
     const int8_t* b = p.b + quad * 4 * block_bytes;
     int64_t r0 = 0;
-    for (; r0 + 2 * kTileRows <= p.mp; r0 += 2 * kTileRows) {
+    for (; r0 + kTileRows < p.m; r0 += 2 * kTileRows) {
+      int second = static_cast<int>(std::min<int64_t>(kTileRows, p.m - r0 - kTileRows));
+      shape({static_cast<int>(kTileRows), second});
       for (int half = 0; half < 2; ++half) {
         const int8_t* b0 = b + (2 * half) * block_bytes;
         const int8_t* b1 = b0 + block_bytes;
@@ -219,7 +247,8 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) void int8_columns(const Int
         store_tiles(p, sums, rows0, columns0, 4);
       }
     }
-    if (r0 < p.mp) {  // one row tile left
+    if (r0 < p.m) {  // one row tile left
+      shape({static_cast<int>(std::min<int64_t>(kTileRows, p.m - r0)), 0});
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (int64_t kt = 0; kt < p.kp; kt += kTileK) {
         _tile_loadd(4, p.a + r0 * p.kp + kt, p.kp);
@@ -261,11 +290,11 @@ at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const a
     return has_bias ? y + bias_values : y;
   }
   auto pack = pack_for<int8_t>(int8_packs, int8_lock, weight, int8_pack);
-  int64_t kp = padded(k, kTileK), mp = padded(m, kTileRows);
+  int64_t kp = padded(k, kTileK);
   auto rows = q.contiguous();
-  if (kp != k || mp != m) rows = at::constant_pad_nd(rows, {0, kp - k, 0, mp - m}, 0);
+  if (kp != k) rows = at::constant_pad_nd(rows, {0, kp - k}, 0);  // a tile row is 64 K values
   auto y = at::empty({m, n}, q.options().dtype(at::kFloat));
-  Int8Problem problem{rows.data_ptr<int8_t>(), m, mp, kp, n, pack.data_ptr<int8_t>(), scales.data_ptr<float>(),
+  Int8Problem problem{rows.data_ptr<int8_t>(), m, kp, n, pack.data_ptr<int8_t>(), scales.data_ptr<float>(),
                       column_scales.data_ptr<float>(), has_bias ? bias_values.data_ptr<float>() : nullptr,
                       y.data_ptr<float>()};
   at::parallel_for(0, padded(n, kQuad) / kQuad, 1, [&](int64_t quad0, int64_t quad1) {
