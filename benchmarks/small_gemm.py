@@ -26,7 +26,10 @@ and 64 tokens, padded to a multiple of 8 as bertkit's engine runs it). "one laye
 * int8, activations quantised per call: torch's dynamic quantised Linear with its per-channel
   weights prepacked by the "x86" engine (fbgemm at these shapes: bertkit's Int8Linear) and by the
   "onednn" engine (oneDNN's int8 kernels: VNNI, AMX where the CPU has it); ONNX Runtime's
-  DynamicQuantizeMatMul (what its dynamic int8 model runs).
+  DynamicQuantizeMatMul (what its dynamic int8 model runs); per token, as the compiled int8 graph
+  computes (kernels/int8.RowInt8Linear, its quantisation here as three eager ops): oneDNN's
+  `torch._int_mm` with the scales and bias after it, and, on CPUs with AMX, bertkit's AMX op
+  (kernels/graph_gemm.py, which applies them itself).
 
     python benchmarks/small_gemm.py                    # ~5 min; results/<cpu class>/small_gemm.{md,json}
     python benchmarks/small_gemm.py --weights model    # results/<cpu class>/small_gemm_model.{md,json}
@@ -56,7 +59,8 @@ ROWS = (8, 40, 64)
 COLD_BYTES = 64 << 20
 KERNELS = ["fp32 F.linear (MKL)", "fp32 MKL packed", "fp32 oneDNN packed", "fp32 ONNX Runtime MatMul",
            "bf16 oneDNN packed",
-           "int8 x86 engine (fbgemm)", "int8 onednn engine", "int8 ONNX Runtime DynamicQuantizeMatMul"]
+           "int8 x86 engine (fbgemm)", "int8 onednn engine", "int8 ONNX Runtime DynamicQuantizeMatMul",
+           "int8 per token (torch._int_mm)", "int8 per token (bertkit AMX op)"]
 
 
 def available_kernels() -> list[str]:
@@ -73,8 +77,43 @@ def available_kernels() -> list[str]:
               "fp32 ONNX Runtime MatMul": ort,
               "bf16 oneDNN packed": torch.backends.mkldnn.is_available() and cpu_features().bf16,
               "int8 x86 engine (fbgemm)": "x86" in engines, "int8 onednn engine": "onednn" in engines,
-              "int8 ONNX Runtime DynamicQuantizeMatMul": ort}
+              "int8 ONNX Runtime DynamicQuantizeMatMul": ort,
+              "int8 per token (torch._int_mm)": cpu_features().vnni, "int8 per token (bertkit AMX op)": _amx_op()}
     return [name for name in KERNELS if usable[name]]
+
+
+def _amx_op() -> bool:
+    from bertkit.device import cpu_features
+    from bertkit.inference.compiled import cache_dir
+    from bertkit.kernels import graph_gemm
+    try:
+        return cpu_features().amx and graph_gemm.amx_int8(cache_dir())
+    except RuntimeError as e:  # no compiler
+        print(f"no AMX int8 op: {e}", file=sys.stderr)
+        return False
+
+
+def _per_token_int8(weights, biases, amx: bool):
+    """The compiled int8 graph's Linears: each row of x quantised with its own scale, the weights'
+    int8 values per output channel, int32 sums by `_int_mm` or bertkit's AMX op."""
+    import torch
+    from bertkit.inference.compiled import cache_dir
+    from bertkit.kernels import graph_gemm
+    if amx:
+        graph_gemm.load(cache_dir())  # built by available_kernels() in the parent
+    layers = []
+    for weight, bias in zip(weights, biases):
+        scale, q = _per_channel_int8(weight)
+        layers.append((weight.shape[1], q.to(torch.int8).t(), scale, bias))  # (in, out) view, as the graph holds it
+
+    def project(x, q_t, scale, bias):
+        row_scale = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0
+        rows = torch.round(x / row_scale).to(torch.int8)
+        if amx:
+            return graph_gemm.graph_int8_linear(rows, row_scale, q_t, scale, bias)
+        return torch._int_mm(rows, q_t).to(torch.float32) * row_scale * scale + bias
+
+    return lambda xs: [project(xs[k], q_t, scale, bias) for k, q_t, scale, bias in layers]
 
 
 def _per_channel_int8(weight):
@@ -158,6 +197,8 @@ def kernel(name: str, weights, biases, threads: int):
         return _torch_int8(weights, biases, "x86")
     if name == "int8 onednn engine":
         return _torch_int8(weights, biases, "onednn")
+    if name.startswith("int8 per token"):
+        return _per_token_int8(weights, biases, amx="AMX" in name)
     return _onnxruntime(weights, biases, threads, int8="int8" in name)
 
 
