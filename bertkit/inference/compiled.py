@@ -34,9 +34,11 @@ rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16.
 At int8 (`--quantize int8 --compile`, a CPU with VNNI) the graph is made from the engine's int8
 model: the same int8 weights, but the packed fbgemm layers and their per-call outlier split cannot
 be exported, so the graph quantises each token's activations with its own scale
-(kernels/int8.RowInt8Linear) and runs oneDNN's int8 GEMM (`torch._int_mm`) between fused loops. Its
-numbers are that per-token scheme's, not the eager int8 engine's per-tensor ones; its accuracy on
-fine-tuned MRPC and SST-2 is in docs/speed.md (benchmarks/int8_accuracy.py --compiled).
+(kernels/int8.RowInt8Linear) and runs oneDNN's int8 GEMM (`torch._int_mm`) between fused loops; on
+a CPU with AMX, bertkit's AMX int8 op instead (kernels/graph_gemm.py: the same int32 sums, 1.3-1.5x
+on all-MiniLM-L6-v2's lone inputs). Its numbers are that per-token scheme's, not the eager int8
+engine's per-tensor ones; its accuracy on fine-tuned MRPC and SST-2 is in docs/speed.md
+(benchmarks/int8_accuracy.py --compiled).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ model.py says what BERT computes; this package supplies, through things chosen o
 * `packed.py`: fp32 inference Linears from weights packed once for MKL or oneDNN (`packed_weights`,
   on by default where it measured faster: oneDNN on the AVX2 class); `attention_bucket`, packed
   attention by groups of similar length, is a lever under measurement, off by default.
-* `graph_gemm.py`: MKL's packed GEMM as a C++ op of bertkit's, which a graph compiled ahead
-  (inference/compiled.py) records for its fp32 Linears where the options take MKL for few rows.
+* `graph_gemm.py`: GEMMs as C++ ops of bertkit's, which a graph compiled ahead
+  (inference/compiled.py) records: MKL's packed GEMM for its fp32 Linears where the options take
+  MKL for few rows, an AMX int8 GEMM for its per-token int8 Linears on CPUs with AMX.
 
 Which of them run is a `KernelOptions` value the model holds from its construction
 (`BertModel(config, kernels=...)`, `from_pretrained(..., kernels=...)`; the default per CPU class:
