@@ -326,7 +326,7 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
     print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
 
     def run(batch: Batch):
-        if len(batch.lengths) > graph.max_batch:  # 1 at fp32, 4 at bf16 and int8 (compiled.BATCH_LIMIT)
+        if len(batch.lengths) > graph.max_batch:  # 1 at fp32, 4 at bf16 and int8, 8 at int8 with the AMX op (compiled.batch_limit)
             return fallback(batch)
         padded = engine_inputs(batch.tensors)  # the engine's length buckets
         with torch.no_grad():

@@ -1,4 +1,4 @@
-"""A lone input (at bf16 and int8, up to four) through a graph compiled ahead for this model on this CPU
+"""A lone input (at bf16 and int8 up to four, at int8 on AMX up to eight) through a graph compiled ahead for this model on this CPU
 (issue 39, opt-in: `InferenceEngine(..., compile=True)`, `bertkit serve --compile`,
 `pipeline(..., compile=True)`; not `predict`, whose files run in batches).
 
@@ -78,6 +78,12 @@ PRECISIONS = ("fp32", "bf16", "int8")
 # (MiniLM, paired against eager: fp32 1.05x at 2 inputs, 0.86x at 4; bf16 1.35x at 2, 1.14x at 4,
 # 0.91x at 8; int8 1.47x at 2, 1.22x at 4, BERT-base 1.38x, 1.13x; docs/speed.md).
 BATCH_LIMIT = {"fp32": 1, "bf16": 4, "int8": 4}
+# int8 with bertkit's AMX GEMM (kernels/graph_gemm.py) pays longer: all-MiniLM-L6-v2 1.70x the eager
+# int8 engine at 4 inputs, 1.40x at 8, 1.12x at 16, 0.93x at 32; BERT-base 0.97x at 8, 0.81x at 16
+# (paired, 0.1 s of rest). So 8 inputs at MiniLM's width (384), scaled down with the width, never
+# below BATCH_LIMIT's 4.
+AMX_INT8_BATCH_LIMIT, AMX_INT8_WIDTH = 8, 384
+MIN_BATCH_DIM = 4  # the graph's batch dimension spans at least 1-4: as fast at one input as a graph for one
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
 
 
@@ -142,6 +148,15 @@ def _mark_used(path: Path) -> None:
         pass
 
 
+def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -> int:
+    """The most inputs one call sends through the graph (`BATCH_LIMIT`; int8 with the AMX GEMM op:
+    `AMX_INT8_BATCH_LIMIT` at width 384, fewer for wider models, never under BATCH_LIMIT's)."""
+    if precision == "int8" and amx_int8_gemm:
+        scaled = AMX_INT8_BATCH_LIMIT * AMX_INT8_WIDTH // hidden_size
+        return min(AMX_INT8_BATCH_LIMIT, max(BATCH_LIMIT["int8"], scaled))
+    return BATCH_LIMIT[precision]
+
+
 def cache_dir() -> Path:
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
@@ -150,7 +165,7 @@ def cache_dir() -> Path:
 
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
-              mkl_gemm: bool = False, int8_gemm: bool = False) -> str:
+              mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -164,7 +179,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "ops": graph_gemm.loaded_name() if mkl_gemm or int8_gemm else None,
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
-             "batch": [1, max(BATCH_LIMIT.values())]}
+             "batch": [1, batch_dim]}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:{tensor.stride()}".encode())  # the layout is compiled in
@@ -174,7 +189,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
 
 class CompiledLoneInput:
     """`(input_ids, attention_mask, token_type_ids)` of a few inputs, each (B, T) with B at most
-    `max_batch` (1 at fp32, 4 at bf16 and int8: `BATCH_LIMIT`) -> the head's outputs
+    `max_batch` (1 at fp32, 4 at bf16 and int8, up to 8 at int8 on AMX: `batch_limit`) -> the head's outputs
     (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
     eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
@@ -190,11 +205,13 @@ class CompiledLoneInput:
         if precision == "int8":  # the int8 layers as exportable ops; the copy goes once compiled
             model = int8_for_graph(model)
         self.output_names, self.max_length = tuple(output_names), max_length
-        self.max_batch = BATCH_LIMIT[precision]
+
         folder = cache_dir()
         self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
-        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm)
+        self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
+        self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
+        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -231,7 +248,7 @@ class CompiledLoneInput:
                     f"(once; tens of seconds) into {self.path}")
         started = time.perf_counter()
         length = torch.export.Dim("length", min=MIN_LENGTH, max=self.max_length)
-        batch = torch.export.Dim("batch", min=1, max=max(BATCH_LIMIT.values()))  # as fast at 1 as a graph for 1
+        batch = torch.export.Dim("batch", min=1, max=self.batch_dim)
         example = torch.full((2, min(16, self.max_length)), 100, dtype=torch.long)
         inputs = (example, torch.ones_like(example), torch.zeros_like(example))
         wrapped = _Exported(model, self.output_names).eval()

@@ -273,12 +273,12 @@ def test_int8_compiles_the_quantised_weights_per_token(tiny_model_dir, cache, on
         int8_error = (got - exact).abs().max().item()
         assert 0 < int8_error < 0.1  # int8, not fp32
     assert calls and all(shape[0] == 1 for shape in calls) and len(calls) == len(TEXTS)
-    rows = fast.encode(TEXTS[:3])  # up to BATCH_LIMIT["int8"] = 4 inputs: the graph, per token as alone
+    rows = fast.encode(TEXTS[:3])  # up to compiled.batch_limit (4, or 8 with the AMX op) inputs: the graph, per token as alone
     for row, got in zip(rows, fast.forward(rows)):
         alone = fast.forward([row])[0]["last_hidden_state"]
         torch.testing.assert_close(got["last_hidden_state"], alone, atol=1e-4, rtol=1e-4)
     assert [shape[0] for shape in calls[len(TEXTS):]] == [3, 1, 1, 1]
-    texts = TEXTS + TEXTS[:1]  # five: past the limit, the eager int8 model
+    texts = (TEXTS * 3)[:fast._compiled.max_batch + 1]  # past the limit: the eager int8 model
     for a, b in zip(fast.embeddings(texts), eager.embeddings(texts)):
         assert torch.equal(a, b)
     assert len(calls) == len(TEXTS) + 4
@@ -452,13 +452,25 @@ def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model
     model = quantize_int8(BertModel.from_pretrained(tiny_model_dir).eval())
     ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8")
     assert ours.int8_gemm and not ours.mkl_gemm
+    assert ours.max_batch == 8 and ours.batch_dim == 8  # a narrow model: AMX_INT8_BATCH_LIMIT inputs per call
     assert _wrapper_source(ours.path).count(f"{graph_gemm.INT8_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
     onednn = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8", gemm_ops=False)
     assert not onednn.int8_gemm and onednn.path != ours.path
     assert f"{graph_gemm.INT8_SHIM}(" not in _wrapper_source(onednn.path)
-    for batch, length in ((1, 3), (1, 29), (2, 17), (4, 64)):
+    for batch, length in ((1, 3), (1, 29), (2, 17), (4, 64), (8, 40)):
         ids = torch.randint(1000, 5000, (batch, length))
         mask = torch.ones_like(ids)
         mask[0, length // 2:] = 0 if batch > 1 else 1  # padding in a batch
         zeros = torch.zeros_like(ids)
-        torch.testing.assert_close(ours(ids, mask, zeros)[0], onednn(ids, mask, zeros)[0], atol=1e-4, rtol=1e-4)
+        # the _int_mm graph takes 4 inputs at most: 8 go through it in halves (per token, rows are independent)
+        want = torch.cat([onednn(ids[i:i + 4], mask[i:i + 4], zeros[i:i + 4])[0] for i in range(0, batch, 4)])
+        torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_the_graphs_batch_limit_follows_the_precision_the_int8_op_and_the_width():
+    limit = compiled_module.batch_limit
+    assert [limit(p, 384) for p in ("fp32", "bf16", "int8")] == [1, 4, 4]
+    assert limit("int8", 384, amx_int8_gemm=True) == 8  # all-MiniLM-L6-v2 (1.40x eager at 8 inputs)
+    assert limit("int8", 768, amx_int8_gemm=True) == 4  # BERT-base (0.97x at 8)
+    assert limit("int8", 1024, amx_int8_gemm=True) == 4 and limit("int8", 128, amx_int8_gemm=True) == 8
+    assert limit("fp32", 384, amx_int8_gemm=True) == 1
