@@ -411,6 +411,7 @@ def _int8_case(m: int, k: int, n: int):
     return q, torch.rand(m, 1) / 50, weight, torch.rand(n) / 50, torch.randn(n)
 
 
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_graphs_int8_op_gives_the_exact_int8_sums_with_their_scales(tmp_path):
     """bertkit_int8_linear against the definition: int32 sums of int8 products (exact, as oneDNN's
     `_int_mm`), times the row's and the column's scale, plus the bias; on AMX tiles where the CPU
