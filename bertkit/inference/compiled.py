@@ -205,7 +205,6 @@ class CompiledLoneInput:
         if precision == "int8":  # the int8 layers as exportable ops; the copy goes once compiled
             model = int8_for_graph(model)
         self.output_names, self.max_length = tuple(output_names), max_length
-
         folder = cache_dir()
         self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)

@@ -396,6 +396,19 @@ def test_without_the_mkl_op_the_graph_keeps_onednn_and_says_so(tmp_path, monkeyp
         "compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
 
 
+def test_without_the_int8_op_the_graph_keeps_int_mm_and_says_so(tmp_path, monkeypatch, caplog):
+    from bertkit.kernels import graph_gemm
+
+    def no_compiler(folder):
+        raise RuntimeError("no C++ compiler (c++ or g++, or $CXX)")
+
+    monkeypatch.setattr(graph_gemm, "load", no_compiler)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert compiled_module._amx_int8_op(tmp_path) is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "compile: the AMX int8 GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
+
+
 @pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
 def test_the_graphs_mkl_op_takes_an_empty_weight(tmp_path):
     from bertkit.kernels import graph_gemm
