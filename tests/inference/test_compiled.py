@@ -3,6 +3,7 @@ compiled ahead gives the eager engine's numbers; the package is made once and th
 cache, a new one when the weights change; what compile cannot run is refused in one line."""
 
 import os
+from pathlib import Path
 import time
 
 import numpy as np
@@ -454,6 +455,20 @@ def test_the_graphs_int8_op_gives_the_exact_int8_sums_with_their_scales(tmp_path
     torch.testing.assert_close(graph_gemm.graph_int8_linear(q, row_scale, weight, weight_scale, bias), 2 * bias - before,
                                rtol=1e-5, atol=1e-4)
     assert torch.equal(bias, kept[3][4])  # the bias is read, never written
+
+
+@pytest.mark.skipif(not torch._C.has_mkl or not Path("/proc/self/maps").is_file(),
+                    reason="the ops' library (x86 torch with MKL); the process's mappings (Linux)")
+def test_the_ops_library_uses_torchs_own_openmp_runtime(tmp_path):
+    # A second OpenMP runtime would bring a second team of threads onto the same cores: the ops'
+    # at::parallel_for must run on the libgomp torch loaded (graph_gemm._openmp_library).
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    torch.ops.bertkit.bertkit_int8_linear(*_int8_case(40, 384, 384))  # its parallel region runs
+    mapped = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+              if "libgomp" in line.split()[-1]}
+    assert len({Path(path).resolve() for path in mapped}) == 1, mapped
 
 
 @pytest.mark.skipif(not cpu_features().amx, reason="the int8 graph takes bertkit's AMX GEMM only on CPUs with AMX")
