@@ -276,23 +276,22 @@ class CompiledLoneInput:
 
 
 def _mkl_op_loaded(folder: Path) -> bool:
-    """The fp32 graph's MKL GEMM op (kernels/graph_gemm.py) built into the cache folder and loaded;
-    False, with a warning, where it cannot be: the graph then keeps inductor's oneDNN GEMMs."""
-    try:
-        graph_gemm.load(folder)
-        return True
-    except (RuntimeError, OSError) as e:
-        log.warning(f"compile: MKL's GEMM op unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
-        return False
+    """The fp32 graph's MKL GEMM op (kernels/graph_gemm.py) built into the cache folder and loaded."""
+    return _gemm_op("MKL's GEMM op", lambda: graph_gemm.load(folder) is not None)
 
 
 def _amx_int8_op(folder: Path) -> bool:
-    """The int8 graph's AMX GEMM op (kernels/graph_gemm.py) built, loaded and able to use the tiles;
-    False, with a warning where it cannot be built, and the graph keeps oneDNN's `_int_mm`."""
+    """The int8 graph's AMX GEMM op (kernels/graph_gemm.py) built, loaded and able to use the tiles."""
+    return _gemm_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
+
+
+def _gemm_op(name: str, available) -> bool:
+    """`available()`; False, with one warning, where the ops cannot be built or loaded: the graph then
+    keeps inductor's oneDNN GEMMs (`_int_mm` at int8)."""
     try:
-        return graph_gemm.amx_int8(folder)
+        return available()
     except (RuntimeError, OSError) as e:
-        log.warning(f"compile: the AMX int8 GEMM op unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
+        log.warning(f"compile: {name} unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
         return False
 
 

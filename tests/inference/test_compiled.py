@@ -380,7 +380,7 @@ def test_the_fp32_graph_calls_mkls_gemm_where_the_options_take_it(tiny_model_dir
     assert not plain.mkl_gemm and plain.path != runner.path and f"{graph_gemm.SHIM}(" not in _wrapper_source(plain.path)
 
 
-def test_without_the_mkl_op_the_graph_keeps_onednn_and_says_so(tmp_path, monkeypatch, caplog):
+def test_without_the_gemm_ops_the_graphs_keep_onednn_and_say_so(tmp_path, monkeypatch, caplog):
     from bertkit.kernels import graph_gemm
 
     monkeypatch.setenv("CXX", "false")  # a "compiler" that fails
@@ -394,20 +394,9 @@ def test_without_the_mkl_op_the_graph_keeps_onednn_and_says_so(tmp_path, monkeyp
     monkeypatch.setattr(graph_gemm, "load", no_compiler)
     with caplog.at_level("WARNING", logger="bertkit"):
         assert compiled_module._mkl_op_loaded(tmp_path) is False
+        assert compiled_module._amx_int8_op(tmp_path) is False  # the int8 graph keeps _int_mm
     assert [r.getMessage() for r in caplog.records] == [
-        "compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
-
-
-def test_without_the_int8_op_the_graph_keeps_int_mm_and_says_so(tmp_path, monkeypatch, caplog):
-    from bertkit.kernels import graph_gemm
-
-    def no_compiler(folder):
-        raise RuntimeError("no C++ compiler (c++ or g++, or $CXX)")
-
-    monkeypatch.setattr(graph_gemm, "load", no_compiler)
-    with caplog.at_level("WARNING", logger="bertkit"):
-        assert compiled_module._amx_int8_op(tmp_path) is False
-    assert [r.getMessage() for r in caplog.records] == [
+        "compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's",
         "compile: the AMX int8 GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
 
 
@@ -427,6 +416,8 @@ def _int8_case(m: int, k: int, n: int):
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+@pytest.mark.skipif(not cpu_features().vnni, reason="without AMX the op is oneDNN's _int_mm, whose int8 pair sums "
+                                                    "saturate without VNNI (the int8 graph is refused there)")
 def test_the_graphs_int8_op_gives_the_exact_int8_sums_with_their_scales(tmp_path):
     """bertkit_int8_linear against the definition: int32 sums of int8 products (exact, as oneDNN's
     `_int_mm`), times the row's and the column's scale, plus the bias; on AMX tiles where the CPU
