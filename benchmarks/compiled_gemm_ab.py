@@ -1,17 +1,19 @@
 """The compiled graph with bertkit's GEMM ops (kernels/graph_gemm.py: MKL's packed sgemm at fp32, the
 AMX int8 GEMM at int8) against the same graph with inductor's (oneDNN's), one input at a time,
-alternated in one process (issue 39).
+alternated in one process (issue 39); with `--op attention`, the graph with bertkit's attention op
+for short inputs against the same graph with torch's SDPA (both with bertkit's GEMMs).
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
     python benchmarks/compiled_gemm_ab.py --rest 0 --lengths 128,256
     python benchmarks/compiled_gemm_ab.py --precision int8         # the engine's int8 weights, per-token graph
+    python benchmarks/compiled_gemm_ab.py --op attention [--precision int8]
 
 Both graphs are compiled (or loaded from the compile cache) from the same weights, one with
-`gemm_ops=False`. Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
+`gemm_ops=False` (`attention_op=False` with `--op attention`). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
 in turns, each call after `--rest` seconds without any. Prints the medians and the paired median of
 per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there
-(compiled_gemm_ab_int8_... at int8).
+(compiled_gemm_ab_int8_... at int8; compiled_attention_ab_... with `--op attention`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
+    parser.add_argument("--op", default="gemm", choices=("gemm", "attention"), help="which of bertkit's graph ops to A/B")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     lo, hi = (int(v) for v in args.lengths.split(","))
@@ -52,12 +55,15 @@ def main() -> None:
         from bertkit.kernels.int8 import quantize_int8
 
         quantize_int8(model)
-    ours = "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
-    graphs = {"oneDNN GEMMs": CompiledLoneInput(model, output_names_for(model), 512, args.precision, gemm_ops=False),
+    names = bertkit_model_names(args)
+    base, ours = names
+    without = {"gemm_ops": False} if args.op == "gemm" else {"attention_op": False}
+    graphs = {base: CompiledLoneInput(model, output_names_for(model), 512, args.precision, **without),
               ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
-    if not (graphs[ours].mkl_gemm or graphs[ours].int8_gemm):
-        raise SystemExit("bertkit's GEMM op does not apply on this CPU (fp32: mkl_rows is 0; int8: no AMX): "
-                         "nothing to compare")
+    applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].mkl_gemm or graphs[ours].int8_gemm
+    if not applies:
+        raise SystemExit(f"bertkit's {args.op} op does not apply on this CPU (fp32 GEMM: mkl_rows is 0; int8 GEMM: no "
+                         "AMX; attention: no AVX-512): nothing to compare")
 
     def one_input(length: int):
         ids = torch.randint(1000, 20000, (1, length))
@@ -72,7 +78,7 @@ def main() -> None:
             for graph in graphs.values():
                 graph(*one_input(length))
         inputs = one_input(40)
-        difference = (graphs[ours](*inputs)[0] - graphs["oneDNN GEMMs"](*inputs)[0]).abs().max().item()
+        difference = (graphs[ours](*inputs)[0] - graphs[base](*inputs)[0]).abs().max().item()
         for i, length in enumerate(lengths):
             inputs = one_input(length)
             for name in (list(graphs) if i % 2 else list(graphs)[::-1]):
@@ -82,21 +88,28 @@ def main() -> None:
                 graphs[name](*inputs)
                 times[name].append(time.perf_counter() - started)
     medians = {name: 1e3 * statistics.median(values) for name, values in times.items()}
-    result = {"size": args.size, "precision": args.precision, "lengths": [lo, hi], "rest_s": args.rest,
+    result = {"size": args.size, "precision": args.precision, "op": args.op, "lengths": [lo, hi], "rest_s": args.rest,
               "rounds": args.rounds, "threads": args.threads, "median_ms": medians, "max_abs_difference": difference,
-              "speedup_median": medians["oneDNN GEMMs"] / medians[ours],
-              "speedup_paired": statistics.median(a / b for a, b in zip(times["oneDNN GEMMs"], times[ours])),
+              "speedup_median": medians[base] / medians[ours],
+              "speedup_paired": statistics.median(a / b for a, b in zip(times[base], times[ours])),
               "machine": machine_description(), "torch": torch.__version__}
-    print(f"{args.size} {args.precision}, one input of {lo}-{hi} tokens, {args.rest} s of rest: oneDNN GEMMs "
-          f"{medians['oneDNN GEMMs']:.2f} ms, {ours} {medians[ours]:.2f} ms; the speed-up "
+    print(f"{args.size} {args.precision}, one input of {lo}-{hi} tokens, {args.rest} s of rest: {base} "
+          f"{medians[base]:.2f} ms, {ours} {medians[ours]:.2f} ms; the speed-up "
           f"{result['speedup_median']:.3f}x median, {result['speedup_paired']:.3f}x paired; "
           f"outputs {difference:.1e} apart")
     if args.output:
         args.output.mkdir(parents=True, exist_ok=True)
         tag = "" if args.precision == "fp32" else "int8_"
-        path = args.output / f"compiled_gemm_ab_{tag}{args.size}_{lo}-{hi}_rest{args.rest:g}.json"
+        path = args.output / f"compiled_{args.op}_ab_{tag}{args.size}_{lo}-{hi}_rest{args.rest:g}.json"
         path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {path}")
+
+
+def bertkit_model_names(args) -> tuple[str, str]:
+    """The two graphs' names: without and with the op."""
+    if args.op == "attention":
+        return "SDPA", "bertkit attention"
+    return "oneDNN GEMMs", "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ model's limit) dynamic, one graph for all of them, and AOTInductor compiles it w
 (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared library,
 packaged as a `.pt2` file. At fp32, where the model's options take MKL for calls of a few rows
 (`mkl_rows`, Intel CPUs with AMX / AVX512_BF16), the encoder's Linears are recorded as bertkit's
-MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs). At bf16 the
+MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs); at fp32 and
+int8 on AVX-512 CPUs, the attention of up to 64 tokens is bertkit's attention op rather than
+torch's flash attention (the same module; `attention_op`). At bf16 the
 model is recorded under bf16 autocast, so the graph holds the eager bf16 path's casts (weights
 folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
 inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
@@ -165,7 +167,8 @@ def cache_dir() -> Path:
 
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
-              mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM) -> str:
+              mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM,
+              attention_op: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -176,7 +179,8 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
              "gemm": "mkl op" if mkl_gemm else "amx int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
-             "ops": graph_gemm.loaded_name() if mkl_gemm or int8_gemm else None,
+             "ops": graph_gemm.loaded_name() if mkl_gemm or int8_gemm or attention_op else None,
+             "attention": "bertkit op" if attention_op else "sdpa",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              "batch": [1, batch_dim]}
@@ -194,10 +198,12 @@ class CompiledLoneInput:
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
     eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
     (kernels/int8.int8_for_graph). `gemm_ops` False: inductor's GEMMs even where bertkit's own
-    (kernels/graph_gemm.py) apply (the A/B in benchmarks/compiled_gemm_ab.py)."""
+    (kernels/graph_gemm.py) apply; `attention_op` False: torch's SDPA rather than bertkit's
+    attention for short inputs (fp32 and int8 graphs on AVX-512 CPUs); the A/Bs in
+    benchmarks/compiled_gemm_ab.py."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
-                 precision: str = "fp32", gemm_ops: bool = True):
+                 precision: str = "fp32", gemm_ops: bool = True, attention_op: bool = True):
         _check_can_compile(model, precision)
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
@@ -208,9 +214,11 @@ class CompiledLoneInput:
         folder = cache_dir()
         self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
+        self.attention_op = attention_op and uses_attention_op(precision, folder)
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
-        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim)
+        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
+                        self.attention_op)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -253,7 +261,8 @@ class CompiledLoneInput:
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
-                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm) if self.mkl_gemm or self.int8_gemm \
+                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm, attention=self.attention_op) \
+                if self.mkl_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 3)
@@ -277,21 +286,29 @@ class CompiledLoneInput:
 
 def _mkl_op_loaded(folder: Path) -> bool:
     """The fp32 graph's MKL GEMM op (kernels/graph_gemm.py) built into the cache folder and loaded."""
-    return _gemm_op("MKL's GEMM op", lambda: graph_gemm.load(folder) is not None)
+    return _graph_op("MKL's GEMM op", lambda: graph_gemm.load(folder) is not None)
 
 
 def _amx_int8_op(folder: Path) -> bool:
     """The int8 graph's AMX GEMM op (kernels/graph_gemm.py) built, loaded and able to use the tiles."""
-    return _gemm_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
+    return _graph_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
 
 
-def _gemm_op(name: str, available) -> bool:
+def uses_attention_op(precision: str, folder: Path) -> bool:
+    """Whether a graph of this precision records bertkit's attention op for short inputs
+    (kernels/graph_gemm.py): fp32 and int8 (whose attention is fp32) on CPUs with AVX-512, the op
+    built and loaded into the cache folder `folder`."""
+    return precision in ("fp32", "int8") and cpu_features().avx512 and \
+        _graph_op("the attention op", lambda: graph_gemm.short_attention(folder), instead="torch's SDPA")
+
+
+def _graph_op(name: str, available, instead: str = "oneDNN's") -> bool:
     """`available()`; False, with one warning, where the ops cannot be built or loaded: the graph then
-    keeps inductor's oneDNN GEMMs (`_int_mm` at int8)."""
+    keeps inductor's oneDNN GEMMs (`_int_mm` at int8), or torch's SDPA for the attention op."""
     try:
         return available()
     except (RuntimeError, OSError) as e:
-        log.warning(f"compile: {name} unavailable ({_first_line(e, 200)}); the graph uses oneDNN's")
+        log.warning(f"compile: {name} unavailable ({_first_line(e, 200)}); the graph uses {instead}")
         return False
 
 

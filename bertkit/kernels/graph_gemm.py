@@ -1,5 +1,5 @@
-"""bertkit's own GEMMs inside a graph compiled ahead (inference/compiled.py), where they beat what
-inductor emits: two C++ ops (graph_gemm.cpp), built once per torch version with the compiler
+"""bertkit's own GEMMs (and attention) inside a graph compiled ahead (inference/compiled.py), where
+they beat what inductor emits: C++ ops (graph_gemm.cpp), built once per torch version with the compiler
 `--compile` needs anyway, kept in the compile cache and called by AOTInductor directly through
 their C functions (`aot_inductor.custom_ops_to_c_shims`; through its proxy executor they measured
 slower than the GEMMs they would replace). Eager models never use them.
@@ -17,7 +17,13 @@ slower than the GEMMs they would replace). Eager models never use them.
   CPU (oneDNN's VNNI one, with its per-call set-up); the op is 1.2-3.4x faster on the encoder's
   shapes (8-2048 rows, scales and bias included).
 
-Each op packs a weight on its first call, kept by the weight's address (a graph's constants keep
+* `bertkit::bertkit_attention(q, k, v, mask, heads)`, the fp32 attention of the fp32 and int8 graphs
+  on CPUs with AVX-512 (recorded by kernels/layout.Padded): for up to 64 keys a head's scores stay
+  in registers, four query rows at a time; torch's CPU flash attention spends ~70 µs per layer on one
+  input of 40 tokens (all-MiniLM-L6-v2) in its blocks, buffers and a GEMM call per block, the op ~30.
+  Longer inputs, other head sizes and CPUs go to torch's SDPA inside the op.
+
+Each GEMM op packs a weight on its first call, kept by the weight's address (a graph's constants keep
 theirs) and checked against a sample of its values; the packs stay for the process's life (a
 server's one model; a process loading many compiled models keeps each one's) and hold a second copy
 of the weights they pack (all-MiniLM-L6-v2's encoder Linears: ~11 MB at int8, ~42 MB at fp32). Building
@@ -53,12 +59,17 @@ SHIM_DECLARATION = f"AOTITorchError {SHIM}(AtenTensorHandle, AtenTensorHandle, A
 INT8_SHIM = "aoti_torch_cpu_bertkit_int8_linear"
 INT8_SHIM_DECLARATION = (f"AOTITorchError {INT8_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
                          "AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*)")
+ATTENTION_OP = "bertkit::bertkit_attention"
+ATTENTION_SHIM = "aoti_torch_cpu_bertkit_attention"
+ATTENTION_SHIM_DECLARATION = (f"AOTITorchError {ATTENTION_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
+                              "AtenTensorHandle*, int64_t, AtenTensorHandle*)")
 
 SOURCE_FILE = Path(__file__).with_name("graph_gemm.cpp")
 
 
 def source_text() -> str:
-    return SOURCE_FILE.read_text(encoding="utf-8").replace("SHIM_MKL", SHIM).replace("SHIM_INT8", INT8_SHIM)
+    text = SOURCE_FILE.read_text(encoding="utf-8")
+    return text.replace("SHIM_MKL", SHIM).replace("SHIM_INT8", INT8_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM)
 
 
 _lock = threading.Lock()
@@ -146,22 +157,29 @@ def _register_fake() -> None:
     def _(q, row_scale, weight, weight_scale, bias):
         return q.new_empty(q.shape[0], weight.shape[1], dtype=torch.float32)
 
+    @torch.library.register_fake(ATTENTION_OP)
+    def _(q, k, v, mask, heads):
+        return q.new_empty(q.shape)
+
 
 @contextlib.contextmanager
-def recording(mkl: bool = True, int8: bool = False):
+def recording(mkl: bool = True, int8: bool = False, attention: bool = False):
     """While a model is exported inside this block, its fp32 Linears (kernels.linear) record the MKL
-    op when `mkl`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`
-    (load() first); inductor is told to call them through their C functions."""
+    op when `mkl`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`,
+    its fp32 padded attention (kernels/layout.Padded) the attention op when `attention` (load()
+    first); inductor is told to call them through their C functions."""
     import torch._inductor.config as inductor_config
 
-    shims = {torch.ops.bertkit.bertkit_mkl_linear.default: [SHIM_DECLARATION],
-             torch.ops.bertkit.bertkit_int8_linear.default: [INT8_SHIM_DECLARATION]}
-    _recording.mkl, _recording.int8 = mkl, int8
+    ops = torch.ops.bertkit
+    shims = {op.default: [declaration] for op, declaration, used in (
+        (ops.bertkit_mkl_linear, SHIM_DECLARATION, mkl), (ops.bertkit_int8_linear, INT8_SHIM_DECLARATION, int8),
+        (ops.bertkit_attention, ATTENTION_SHIM_DECLARATION, attention)) if used}
+    _recording.mkl, _recording.int8, _recording.attention = mkl, int8, attention
     try:
         with inductor_config.patch({"aot_inductor.custom_ops_to_c_shims": shims}):
             yield
     finally:
-        _recording.mkl = _recording.int8 = False
+        _recording.mkl = _recording.int8 = _recording.attention = False
 
 
 def is_recording() -> bool:
@@ -174,11 +192,23 @@ def is_recording_int8() -> bool:
     return getattr(_recording, "int8", False)
 
 
+def is_recording_attention() -> bool:
+    """Inside `recording(attention=True)`: fp32 padded attention records the attention op."""
+    return getattr(_recording, "attention", False)
+
+
 def amx_int8(folder: Path) -> bool:
     """Whether the int8 op runs on AMX tiles here (the CPU has AMX-INT8 and Linux lets this process
     use them); builds and loads the ops first. Raises RuntimeError as load() does."""
     load(folder)
     return bool(torch.ops.bertkit.bertkit_amx_int8())
+
+
+def short_attention(folder: Path) -> bool:
+    """Whether the attention op runs its own kernel here (AVX-512) rather than torch's SDPA; builds
+    and loads the ops first. Raises RuntimeError as load() does."""
+    load(folder)
+    return bool(torch.ops.bertkit.bertkit_short_attention())
 
 
 def graph_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -191,3 +221,10 @@ def graph_int8_linear(quantised: torch.Tensor, row_scale: torch.Tensor, weight: 
     """The int8 op, for a per-token int8 Linear recorded inside `recording(int8=True)`: (N, in) int8
     rows, their (N, 1) scales, the (in, out) int8 weight, its (out,) scales -> (N, out) fp32."""
     return torch.ops.bertkit.bertkit_int8_linear(quantised, row_scale, weight, weight_scale, bias)
+
+
+def graph_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    heads: int) -> torch.Tensor:
+    """The attention op, for fp32 attention recorded inside `recording(attention=True)`: (B, T, H)
+    query, key and value, a bool mask of the keys that may be attended ((B, 1, 1, T)) -> (B, T, H)."""
+    return torch.ops.bertkit.bertkit_attention(q, k, v, mask, heads)

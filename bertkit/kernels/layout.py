@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .attention import attention, packed_attention
+from .graph_gemm import graph_attention, is_recording_attention
 from .options import PROCESS_DEFAULT, KernelOptions, exporting
 
 
@@ -37,6 +38,9 @@ class Padded:
     def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
         """(B, T, H) query, key, value -> (B, T, H) context."""
         B, T, H = q.shape
+        if is_recording_attention() and exporting() and not self.causal and dropout_p == 0.0 \
+                and q.dtype == torch.float32 and (self.mask is None or self.mask.shape[-2] == 1):
+            return graph_attention(q, k, v, self.mask, heads)  # a graph compiled ahead (graph_gemm.py)
         q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
         causal_flag = self.causal and self.mask is None
         ctx = attention(q, k, v, self.mask, dropout_p, causal_flag, self.options)  # (B, A, T, D)

@@ -95,18 +95,22 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     rows = again.encode(["a short query"])
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
-    mkl_gemm = again._compiled.mkl_gemm  # the graph's GEMM op is in the key (kernels/graph_gemm.py)
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm) in fast._compiled.path.name
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm) not in \
+    mkl_gemm = again._compiled.mkl_gemm  # the graph's ops are in the key (kernels/graph_gemm.py)
+    ops = {"attention_op": again._compiled.attention_op}
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) in \
         fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm, **ops) not in \
+        fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
+                                     attention_op=not ops["attention_op"]) not in fast._compiled.path.name
     changed = InferenceEngine(model_dir, compile=True)
     with torch.no_grad():
         changed.model.embeddings.word_embeddings.weight[100] += 1.0
-    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128, "fp32", mkl_gemm)
+    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops)
     assert key not in fast._compiled.path.name
     torch.set_num_threads(2)  # the kernels are built for a thread count: another count, another package
     try:
-        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm) not in \
+        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
             fast._compiled.path.name
     finally:
         torch.set_num_threads(1)
@@ -145,7 +149,8 @@ def test_a_damaged_package_is_named_in_one_line(tiny_model_dir, cache, monkeypat
     from bertkit.kernels import graph_gemm
 
     key = compiled_module.cache_key(engine.model, ("last_hidden_state",), engine.config.max_position_embeddings,
-                                    "fp32", graph_gemm.applies(engine.model))
+                                    "fp32", graph_gemm.applies(engine.model),
+                                    attention_op=compiled_module.uses_attention_op("fp32", compiled_module.cache_dir()))
     cache.mkdir(parents=True)
     damaged = cache / f"BertModel-fp32-{key}.pt2"
     damaged.write_bytes(b"not a package")
@@ -395,9 +400,13 @@ def test_without_the_gemm_ops_the_graphs_keep_onednn_and_say_so(tmp_path, monkey
     with caplog.at_level("WARNING", logger="bertkit"):
         assert compiled_module._mkl_op_loaded(tmp_path) is False
         assert compiled_module._amx_int8_op(tmp_path) is False  # the int8 graph keeps _int_mm
-    assert [r.getMessage() for r in caplog.records] == [
-        "compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's",
-        "compile: the AMX int8 GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
+        assert compiled_module.uses_attention_op("fp32", tmp_path) is False  # torch's SDPA
+    said = ["compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's",
+            "compile: the AMX int8 GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
+    if cpu_features().avx512:  # elsewhere the attention op is not asked for
+        said.append("compile: the attention op unavailable (no C++ compiler (c++ or g++, or $CXX)); "
+                    "the graph uses torch's SDPA")
+    assert [r.getMessage() for r in caplog.records] == said
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
@@ -493,6 +502,68 @@ def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model
         # the _int_mm graph takes 4 inputs at most: 8 go through it in halves (per token, rows are independent)
         want = torch.cat([onednn(ids[i:i + 4], mask[i:i + 4], zeros[i:i + 4])[0] for i in range(0, batch, 4)])
         torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
+
+
+def _attention_formula(q, k, v, mask, heads):
+    """softmax(q k^T / sqrt(D) + mask) v per head in float64, from (B, T, H) rows; a query with no key
+    to attend gives zeros (as torch's safe softmax)."""
+    B, T, H = q.shape
+    split = [t.double().reshape(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v)]
+    scores = split[0] @ split[1].transpose(-1, -2) / (H // heads) ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
+    return (probs @ split[2]).transpose(1, 2).reshape(B, T, H)
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
+    # Short inputs through bertkit's kernel (AVX-512; head dimensions a multiple of 16, up to 64 keys),
+    # the rest through torch's SDPA inside the op: against the formula in float64, on (B, T, H) views
+    # of one fused query/key/value projection as the graph holds them, with and without padding.
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    assert graph_gemm.short_attention(tmp_path / "ops") == cpu_features().avx512
+    torch.manual_seed(0)
+    for batch, length, hidden, heads in [(1, 1, 64, 4), (1, 7, 64, 4), (2, 16, 32, 2), (1, 17, 384, 12),
+                                         (3, 40, 384, 12), (2, 64, 768, 12), (1, 33, 256, 4),
+                                         (2, 65, 64, 4), (1, 130, 64, 2), (2, 20, 32, 4)]:
+        qkv = torch.randn(batch, length, 3 * hidden) * 2
+        q, k, v = qkv.split(hidden, -1)
+        kept = qkv.clone()
+        keep = torch.arange(length)[None, :] < torch.randint(1, length + 1, (batch, 1))
+        for mask in (None, keep[:, None, None, :]):
+            got = torch.ops.bertkit.bertkit_attention(q, k, v, mask, heads)
+            assert got.shape == (batch, length, hidden) and got.is_contiguous()
+            torch.testing.assert_close(got.double(), _attention_formula(q, k, v, mask, heads), atol=2e-5, rtol=1e-5)
+        assert torch.equal(qkv, kept)  # the inputs are read, never written
+    if cpu_features().avx512:  # bertkit's kernel: a query with no key to attend gets zeros
+        q = torch.randn(1, 8, 64)
+        nothing = torch.zeros(1, 1, 1, 8, dtype=torch.bool)
+        assert torch.equal(torch.ops.bertkit.bertkit_attention(q, q, q, nothing, 4), torch.zeros(1, 8, 64))
+
+
+@pytest.mark.skipif(not cpu_features().avx512, reason="the graphs record bertkit's attention on CPUs with AVX-512")
+def test_the_fp32_graph_calls_the_attention_op_and_computes_what_sdpa_did(tiny_model_dir, cache, one_thread):
+    # One call of the op's C function per layer; the model's numbers at lengths under and over the
+    # op's own kernel's limit (64 keys); attention_op=False keeps SDPA and is another package.
+    from bertkit.kernels import graph_gemm
+
+    model = BertModel.from_pretrained(tiny_model_dir).eval()
+    ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 128)
+    assert ours.attention_op
+    assert _wrapper_source(ours.path).count(f"{graph_gemm.ATTENTION_SHIM}(") == 1 + model.config.num_hidden_layers
+    sdpa = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 128, attention_op=False)
+    assert not sdpa.attention_op and sdpa.path != ours.path
+    assert f"{graph_gemm.ATTENTION_SHIM}(" not in _wrapper_source(sdpa.path)
+    for length in (3, 8, 29, 64, 100):
+        ids = torch.randint(1000, 5000, (1, length))
+        ones, zeros = torch.ones_like(ids), torch.zeros_like(ids)
+        with torch.inference_mode():
+            want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
+        torch.testing.assert_close(ours(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ours(ids, ones, zeros)[0], sdpa(ids, ones, zeros)[0], atol=1e-5, rtol=1e-5)
 
 
 def test_the_graphs_batch_limit_follows_the_precision_the_int8_op_and_the_width():
