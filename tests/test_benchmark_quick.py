@@ -150,6 +150,19 @@ def test_engines_report_names_the_fastest_engine_per_precision(tmp_path):
     assert "No engines table for CPU class avx2" in missing
 
 
+def test_engines_rows_compare_the_compiled_graph_when_the_eager_engine_was_left_out():
+    # `--engines bertkit-compiled_int8,onnxruntime_int8`: the run's table is made (not a KeyError after
+    # minutes of timing), the other engines measured against the graph
+    import types
+
+    import bench_engines
+
+    times = {"bertkit-compiled_int8": [0.002, 0.002, 0.003], "onnxruntime_int8": [0.004, 0.004, 0.006]}
+    row = bench_engines.size_rows("minilm", times, {}, {}, [types.SimpleNamespace(lengths=[8])], 1, (8, 64))
+    assert row["engines"]["onnxruntime_int8"]["bertkit_speedup"] == 2.0
+    assert "int8" not in row["verdict"] and row["verdict"]["int8 compiled"]["bertkit_vs_fastest"] == 2.0
+
+
 def test_profile_op_classes():
     """profile_engines sorts torch ops and perf symbols of both engines into the same classes."""
     import profile_engines as P
