@@ -564,6 +564,14 @@ def test_the_fp32_graph_calls_the_attention_op_and_computes_what_sdpa_did(tiny_m
             want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
         torch.testing.assert_close(ours(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(ours(ids, ones, zeros)[0], sdpa(ids, ones, zeros)[0], atol=1e-5, rtol=1e-5)
+    ids = torch.randint(1000, 5000, (3, 40))  # padded inputs in one call (the graph's batch dimension)
+    mask = torch.ones_like(ids)
+    mask[0, 21:], mask[2, 5:] = 0, 0
+    zeros = torch.zeros_like(ids)
+    with torch.inference_mode():
+        want = model(input_ids=ids, attention_mask=mask, token_type_ids=zeros).last_hidden_state
+    real = mask.bool()  # the padding rows' outputs are nobody's
+    torch.testing.assert_close(ours(ids, mask, zeros)[0][real], want[real], atol=1e-4, rtol=1e-4)
 
 
 def test_the_graphs_batch_limit_follows_the_precision_the_int8_op_and_the_width():
