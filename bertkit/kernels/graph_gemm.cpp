@@ -106,7 +106,12 @@ at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   float beta = 0.0f;
   auto y = at::empty({m, n}, input.options());
   if (bias.has_value() && bias->defined()) {  // C = bias (copied: never the bias itself), then C += x W^T
-    y.copy_(bias->expand({m, n}));
+    // row by row: a TensorIterator copy of the expanded bias cost 1.5% of the MiniLM graph
+    TORCH_CHECK(bias->numel() == n, "bertkit_mkl_linear: a bias of one value per output");
+    auto values = bias->to(at::kFloat).contiguous();
+    const float* from = values.data_ptr<float>();
+    float* to = y.data_ptr<float>();
+    for (int64_t r = 0; r < m; ++r) std::memcpy(to + r * n, from, n * sizeof(float));
     beta = 1.0f;
   }
   if (m > 0) {
