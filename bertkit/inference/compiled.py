@@ -30,7 +30,7 @@ The folder is kept under `BERTKIT_COMPILE_CACHE_GB` (default 5): making a packag
 recently used ones past that size.
 The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, the
 precision, torch's version, the CPU's instruction sets and the thread count (the generated kernels
-are built for those). fp32 or bf16 on the CPU: the numbers are the eager model's within float
+are built for those), and bertkit's own source (what the graph records). fp32 or bf16 on the CPU: the numbers are the eager model's within float
 rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16.
 
 At int8 (`--quantize int8 --compile`, a CPU with VNNI) the graph is made from the engine's int8
@@ -46,6 +46,7 @@ engine's per-tensor ones; its accuracy on fine-tuned MRPC and SST-2 is in docs/s
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -183,12 +184,26 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "attention": "bertkit op" if attention_op else "sdpa",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
+             # ... and the code they run: a change to bertkit's source within a version is another graph
+             "source": _source_digest(),
              "batch": [1, batch_dim]}
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}:{tensor.stride()}".encode())  # the layout is compiled in
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """A hash of bertkit's own source (its .py files and the ops' C++): what a graph records."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*")):
+        if path.suffix in (".py", ".cpp") and path.is_file():
+            digest.update(path.relative_to(package).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class CompiledLoneInput:

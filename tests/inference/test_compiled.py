@@ -103,6 +103,10 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
         fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
                                      attention_op=not ops["attention_op"]) not in fast._compiled.path.name
+    with monkeypatch.context() as patched:
+        patched.setattr(compiled_module, "_source_digest", lambda: "another bertkit")  # the code the graph records
+        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
+            fast._compiled.path.name
     changed = InferenceEngine(model_dir, compile=True)
     with torch.no_grad():
         changed.model.embeddings.word_embeddings.weight[100] += 1.0
