@@ -30,8 +30,9 @@ The folder is kept under `BERTKIT_COMPILE_CACHE_GB` (default 5): making a packag
 recently used ones past that size.
 The key is a hash of the weights' bytes, the config, the outputs asked for, the length limit, the
 precision, torch's version, the CPU's instruction sets and the thread count (the generated kernels
-are built for those), and bertkit's own source (what the graph records). fp32 or bf16 on the CPU: the numbers are the eager model's within float
-rounding at fp32 (tested within 1e-4), within bf16's rounding at bf16.
+are built for those), and bertkit's own source (what the graph records). fp32 or bf16 on the CPU:
+the numbers are the eager model's within float rounding at fp32 (tested within 1e-4), within
+bf16's rounding at bf16.
 
 At int8 (`--quantize int8 --compile`, a CPU with VNNI) the graph is made from the engine's int8
 model: the same int8 weights, but the packed fbgemm layers and their per-call outlier split cannot

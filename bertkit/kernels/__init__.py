@@ -15,7 +15,8 @@ model.py says what BERT computes; this package supplies, through things chosen o
   attention by groups of similar length, is a lever under measurement, off by default.
 * `graph_gemm.py`: GEMMs as C++ ops of bertkit's, which a graph compiled ahead
   (inference/compiled.py) records: MKL's packed GEMM for its fp32 Linears where the options take
-  MKL for few rows, an AMX int8 GEMM for its per-token int8 Linears on CPUs with AMX.
+  MKL for few rows, an AMX int8 GEMM for its per-token int8 Linears on CPUs with AMX, and, in
+  the fp32 and int8 graphs on AVX-512 CPUs, an attention kernel for inputs of up to 64 tokens.
 
 Which of them run is a `KernelOptions` value the model holds from its construction
 (`BertModel(config, kernels=...)`, `from_pretrained(..., kernels=...)`; the default per CPU class:

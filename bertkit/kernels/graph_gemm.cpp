@@ -320,10 +320,10 @@ at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const a
 // ---- attention over a short input
 //
 // softmax(q k^T / sqrt(D) + mask) v for each sequence and head, where torch's CPU flash attention
-// spends ~75 µs per layer on one input of 40 tokens (its blocks, buffers and a GEMM call per block)
-// for ~5 µs of arithmetic. Up to kShortKeys keys a head's scores fit in registers: K^T is laid
-// out once per head, two query rows at a time take their scores (16 keys per vector), the
-// softmax and their context rows. Longer inputs take torch's flash attention.
+// spends 65-70 µs per layer on one input of 40 tokens (its blocks, buffers and a GEMM call per
+// block) for a few µs of arithmetic; this kernel 31-34 µs. Up to kShortKeys keys a head's scores fit
+// in registers: K^T is gathered once per head (16 keys per vector), four query rows at a time take
+// their scores, softmax and context rows. Longer inputs take torch's SDPA.
 
 constexpr int64_t kShortKeys = 64;  // past this torch's flash attention was as fast or faster
 
@@ -451,7 +451,7 @@ HeadKernel head_kernel(int64_t chunks, std::integer_sequence<int, Cs...>) {
 // mask of the keys that may be attended (none: all) -> (B, T, H) context, `heads` heads.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                      int64_t heads) {
-  TORCH_CHECK(q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
+  TORCH_CHECK(heads > 0 && q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
               "bertkit_attention: (B, T, H) query, key and value of one shape");
   int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = h / heads;
   bool has_mask = mask.has_value() && mask->defined();
