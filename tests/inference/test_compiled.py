@@ -548,6 +548,7 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
         assert torch.equal(torch.ops.bertkit.bertkit_attention(q, q, q, nothing, 4), torch.zeros(1, 8, 64))
 
 
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 @pytest.mark.skipif(not cpu_features().avx512, reason="the graphs record bertkit's attention on CPUs with AVX-512")
 def test_the_fp32_graph_calls_the_attention_op_and_computes_what_sdpa_did(tiny_model_dir, cache, one_thread):
     # One call of the op's C function per layer; the model's numbers at lengths under and over the
