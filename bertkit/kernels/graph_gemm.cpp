@@ -468,9 +468,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   int64_t chunks = (t + 15) / 16;
   auto bias = at::full({b, chunks * 16}, -INFINITY, q.options());
   float* bias_data = bias.data_ptr<float>();
+  const bool* kept = has_mask ? keep.data_ptr<bool>() : nullptr;
   for (int64_t s = 0; s < b; ++s)
     for (int64_t j = 0; j < t; ++j)
-      if (!has_mask || keep.data_ptr<bool>()[s * t + j]) bias_data[s * chunks * 16 + j] = 0.0f;
+      if (kept == nullptr || kept[s * t + j]) bias_data[s * chunks * 16 + j] = 0.0f;
   auto out = at::empty({b, t, h}, q.options());
   HeadKernel kernel = head_kernel(chunks, std::make_integer_sequence<int, kShortKeys / 16>{});
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -492,9 +493,9 @@ bool amx_int8() { return amx_usable(); }
 TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_mkl_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
-  m.def("bertkit_amx_int8() -> bool", &amx_int8);
+  m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
-  m.def("bertkit_short_attention() -> bool", &avx512_usable);  // whether bertkit_attention runs its own kernel here  // whether bertkit_int8_linear runs on AMX here
+  m.def("bertkit_short_attention() -> bool", &avx512_usable);  // whether bertkit_attention runs its own kernel here
 }
 TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_mkl_linear", &mkl_linear);
