@@ -55,8 +55,7 @@ def main() -> None:
         from bertkit.kernels.int8 import quantize_int8
 
         quantize_int8(model)
-    names = bertkit_model_names(args)
-    base, ours = names
+    base, ours = graph_names(args)
     without = {"gemm_ops": False} if args.op == "gemm" else {"attention_op": False}
     graphs = {base: CompiledLoneInput(model, output_names_for(model), 512, args.precision, **without),
               ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
@@ -105,7 +104,7 @@ def main() -> None:
         print(f"wrote {path}")
 
 
-def bertkit_model_names(args) -> tuple[str, str]:
+def graph_names(args) -> tuple[str, str]:
     """The two graphs' names: without and with the op."""
     if args.op == "attention":
         return "SDPA", "bertkit attention"
