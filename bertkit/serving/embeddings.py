@@ -9,10 +9,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import orjson
 import torch
 
 from ..errors import BertkitError
+from ..inference.engine import unit_length
 from .requests import RequestError
 
 ST_CONFIG = "config_sentence_transformers.json"
@@ -77,7 +79,7 @@ def finish_embedding(vector: torch.Tensor, dimensions: int | None, normalize: bo
     (sentence-transformers' truncate_dim with normalize_embeddings, TEI's `dimensions`)."""
     if dimensions is not None:
         vector = vector[:dimensions]
-    return torch.nn.functional.normalize(vector, dim=0) if normalize else vector
+    return unit_length(vector) if normalize else vector
 
 
 def similarities(source: torch.Tensor, candidates: torch.Tensor, function: str) -> list[float]:
@@ -119,12 +121,14 @@ def _tensor_array(value):
     numbers (float32, or float64 as it is; bf16 and fp16 widened to float32)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
-    tensor = value.detach().cpu()
-    if tensor.is_floating_point():
-        if tensor.dtype not in (torch.float32, torch.float64):
-            tensor = tensor.float()
-        if not bool(torch.isfinite(tensor).all()):
-            raise ValueError("a vector holds NaN or infinity, which JSON cannot carry")
-    if tensor.dim() == 0:
-        return tensor.item()
-    return tensor.contiguous().numpy()
+    tensor = value.detach().cpu() if value.requires_grad or value.device.type != "cpu" else value
+    if tensor.is_floating_point() and tensor.dtype not in (torch.float32, torch.float64):
+        tensor = tensor.float()
+    array = tensor.numpy()
+    # numpy's check, not torch's: on one vector torch's dispatch costs more than the check (see
+    # InferenceEngine.pool)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ValueError("a vector holds NaN or infinity, which JSON cannot carry")
+    if array.ndim == 0:
+        return array.item()
+    return np.ascontiguousarray(array)

@@ -52,3 +52,15 @@ def test_tensors_of_any_layout_and_float_type_are_written_as_their_numbers():
     assert json.loads(json_with_vectors(torch.tensor([0.1], dtype=torch.float64))) == [0.1]
     assert json.loads(json_with_vectors({"ids": torch.tensor([3, 1]), "score": torch.tensor(0.5)})) == \
         {"ids": [3, 1], "score": 0.5}
+
+
+def test_views_half_precision_and_integer_tensors_are_written_as_their_values():
+    matrix = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 8
+    assert json.loads(json_with_vectors(matrix.t())) == (matrix.t()).tolist()  # a non-contiguous view
+    assert json.loads(json_with_vectors(matrix[:, 1])) == matrix[:, 1].tolist()
+    assert json.loads(json_with_vectors(torch.tensor([0.5, 1.5], dtype=torch.bfloat16))) == [0.5, 1.5]
+    assert json.loads(json_with_vectors(torch.tensor([3, -2]))) == [3, -2]
+    assert json.loads(json_with_vectors(torch.tensor(0.25))) == 0.25
+    assert json.loads(json_with_vectors(torch.ones(2, requires_grad=True))) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        json_with_vectors(torch.tensor([1.0, float("inf")], dtype=torch.bfloat16))
