@@ -310,9 +310,11 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
 def compiled_runner(ours, fallback, precision: str = "fp32"):
     """bertkit with `--compile`, as its engine runs it: a lone input (at bf16 and int8 up to four) padded to
     the engine's buckets through the graph compiled ahead (inference/compiled.py; compiled now, or
-    loaded from the compile cache), a larger batch through the eager runner (`fallback`)."""
+    loaded from the compile cache), 2-8 inputs packed in one row where the graph packs, a larger batch
+    through the eager runner (`fallback`)."""
+    from bertkit.batching import pack_rows
     from bertkit.inference.compiled import CompiledLoneInput
-    from bertkit.inference.engine import WARM_UP_LENGTHS, engine_kernels
+    from bertkit.inference.engine import PACKED_INPUTS, WARM_UP_LENGTHS, engine_kernels
     from bertkit.inference.frozen import freeze_encoders
     from bertkit.kernels.int8 import quantize_int8
 
@@ -326,7 +328,18 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
     print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
 
     def run(batch: Batch):
-        if len(batch.lengths) > graph.max_batch:  # 1 at fp32, 4 at bf16 and int8, 8 at int8 with the AMX op (compiled.batch_limit)
+        B = len(batch.lengths)
+        if graph.packs and 2 <= B <= PACKED_INPUTS:  # the inputs' real tokens in one row (engine._compiled_forward)
+            packed, starts = pack_rows([{"input_ids": ids, "token_type_ids": types}
+                                        for ids, types in zip(batch.token_lists, batch.type_lists)], 0)
+            if graph.accepts(1, packed["input_ids"].shape[1]):
+                with torch.no_grad():
+                    out = graph(*(packed[k] for k in ("input_ids", "attention_mask", "token_type_ids", "position_ids")))[0]
+                padded = out.new_zeros(B, batch.real.shape[1], out.shape[-1])
+                for row, (start, n) in enumerate(zip(starts, batch.lengths)):
+                    padded[row, :n] = out[0, start:start + n]
+                return padded
+        if B > graph.max_batch:  # 1 at fp32, 4 at bf16 and int8, 8 at int8 with the AMX op (compiled.batch_limit)
             return fallback(batch)
         padded = engine_inputs(batch.tensors)  # the engine's length buckets
         with torch.no_grad():

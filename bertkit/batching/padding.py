@@ -63,3 +63,22 @@ def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]
             values = [list(row[key]) + [pad] * (T - len(row[key])) for row in rows]
         batch[key] = torch.tensor(values, dtype=torch.long)
     return batch
+
+
+def pack_rows(rows: Sequence[dict], pad_token_id: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+    """Several rows' tokens one after another in a single (1, N) row, for a graph whose attention
+    reads the mask as segment ids (inference/compiled.py): `attention_mask` numbers the inputs 1, 2,
+    ..., `position_ids` restart at each, and N is padded to a multiple of SINGLE_LENGTH_BUCKET
+    (segment 0). Returns the tensors and where each row starts."""
+    starts, at = [], 0
+    for row in rows:
+        starts.append(at)
+        at += len(row["input_ids"])
+    extra = -at % SINGLE_LENGTH_BUCKET
+    ids = [token for row in rows for token in row["input_ids"]] + [pad_token_id] * extra
+    types = [kind for row in rows for kind in row["token_type_ids"]] + [0] * extra
+    segments = [number for number, row in enumerate(rows, 1) for _ in row["input_ids"]] + [0] * extra
+    positions = [p for row in rows for p in range(len(row["input_ids"]))] + [0] * extra
+    values = torch.tensor([ids, segments, types, positions], dtype=torch.long)
+    return {"input_ids": values[0:1], "attention_mask": values[1:2], "token_type_ids": values[2:3],
+            "position_ids": values[3:4]}, starts

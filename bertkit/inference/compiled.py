@@ -231,6 +231,10 @@ class CompiledLoneInput:
         self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
         self.attention_op = attention_op and uses_attention_op(precision, folder)
+        # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
+        # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
+        # would meet a new shape at almost every packed length)
+        self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm)
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
@@ -273,7 +277,8 @@ class CompiledLoneInput:
         length = torch.export.Dim("length", min=MIN_LENGTH, max=self.max_length)
         batch = torch.export.Dim("batch", min=1, max=self.batch_dim)
         example = torch.full((2, min(16, self.max_length)), 100, dtype=torch.long)
-        inputs = (example, torch.ones_like(example), torch.zeros_like(example))
+        positions = torch.arange(example.shape[1]).repeat(example.shape[0], 1)
+        inputs = (example, torch.ones_like(example), torch.zeros_like(example), positions)
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
@@ -281,7 +286,7 @@ class CompiledLoneInput:
                 if self.mkl_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
-                program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 3)
+                program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 4)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
                     package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(work) / "model.pt2"))
                     os.replace(package, self.path)  # whole or not at all: a killed compile leaves no package
@@ -295,9 +300,14 @@ class CompiledLoneInput:
     def accepts(self, inputs: int, length: int) -> bool:
         return 1 <= inputs <= self.max_batch and MIN_LENGTH <= length <= self.max_length
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 token_type_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(self._run(input_ids, attention_mask, token_type_ids))
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
+                 position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """(B, T) inputs -> the outputs. Where `packs`, several inputs may share a row: their tokens one
+        after another, `attention_mask` numbering them (1, 2, ...; 0 for padding) and `position_ids`
+        restarting at each (batching.pack_rows)."""
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1]).repeat(input_ids.shape[0], 1)
+        return tuple(self._run(input_ids, attention_mask, token_type_ids, position_ids))
 
 
 def _mkl_op_loaded(folder: Path) -> bool:

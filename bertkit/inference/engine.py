@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .. import kernels
-from ..batching import LENGTH_BUCKET, SINGLE_LENGTH_BUCKET, length_grouped_batches, pad_rows, padded_length
+from ..batching import LENGTH_BUCKET, SINGLE_LENGTH_BUCKET, length_grouped_batches, pack_rows, pad_rows, padded_length
 from ..device import DEFAULT_PRECISION, autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
@@ -98,6 +98,11 @@ OUTPUT_ALIASES = {"logits": "prediction_logits"}
 WARM_UP_LENGTHS = tuple(range(SINGLE_LENGTH_BUCKET, 129, SINGLE_LENGTH_BUCKET))  # the lone lengths warm_up runs
 ROW_MULTIPLE = 64  # unpadded token counts are rounded up to a multiple of this (oneDNN shapes)
 FINE_ROWS = WARM_UP_LENGTHS[-1]  # ... but counts up to this one to a multiple of 8, as lone inputs are padded
+# A few inputs to a compiled graph that packs (inference/compiled.py) go in one row of their real
+# tokens; more run the unpadded eager path. Only heads whose every output is per token: a
+# classifier's (or the pre-training head's) per-sequence outputs read each row's first token.
+PACKED_INPUTS = 8
+PACKED_TASKS = ("feature-extraction", "sentence-embeddings", "token-classification", "question-answering")
 
 
 def engine_kernels(options: kernels.KernelOptions, unpad: str = "always") -> kernels.KernelOptions:
@@ -300,18 +305,35 @@ class InferenceEngine:
         return self._compiled
 
     def _forward_batch(self, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]]:
-        runner = self._compiled_runner() if self.compile and not isinstance(rows[0]["input_ids"][0], list) else None
-        if runner is not None and len(rows) <= runner.max_batch:
-            batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the engine's buckets: few oneDNN shapes
-            if runner.accepts(*batch["input_ids"].shape) and \
-                    all(key in runner.output_names or OUTPUT_ALIASES.get(key) in runner.output_names for key in keys):
-                out = dict(zip(runner.output_names, runner(batch["input_ids"], batch["attention_mask"],
-                                                           batch["token_type_ids"])))
-                return self._outputs(rows, keys, batch, out)
+        if self.compile and not isinstance(rows[0]["input_ids"][0], list):
+            outputs = self._compiled_forward(self._compiled_runner(), rows, keys)
+            if outputs is not None:
+                return outputs
         batch = {k: v.to(self.device) for k, v in pad_rows(rows, self.tokenizer.pad_token_id).items()}
         with autocast(self.device, self.precision):
             out = self.model(**batch)
         return self._outputs(rows, keys, batch, out)
+
+    def _compiled_forward(self, runner, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]] | None:
+        """The compiled graph's outputs for these rows, or None where it does not take them: 2 to
+        PACKED_INPUTS inputs packed in one row where the graph packs and every output is per token,
+        else up to its `max_batch` inputs padded."""
+        names = runner.output_names
+        if not all(key in names or OUTPUT_ALIASES.get(key) in names for key in keys):
+            return None
+        if runner.packs and 2 <= len(rows) <= PACKED_INPUTS and self.task in PACKED_TASKS:
+            packed, starts = pack_rows(rows, self.tokenizer.pad_token_id)
+            if runner.accepts(1, packed["input_ids"].shape[1]):
+                out = dict(zip(names, runner(packed["input_ids"], packed["attention_mask"], packed["token_type_ids"],
+                                             packed["position_ids"])))
+                return [{key: out[key if key in out else OUTPUT_ALIASES[key]][0, start:start + len(row["input_ids"])]
+                         for key in keys} for row, start in zip(rows, starts)]
+        if len(rows) <= runner.max_batch:
+            batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the engine's buckets: few oneDNN shapes
+            if runner.accepts(*batch["input_ids"].shape):
+                out = dict(zip(names, runner(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])))
+                return self._outputs(rows, keys, batch, out)
+        return None
 
     def _outputs(self, rows: Sequence[dict], keys: Sequence[str], batch: dict, out) -> list[dict[str, torch.Tensor]]:
         token_level = batch["input_ids"].dim() == 2
@@ -353,7 +375,9 @@ class InferenceEngine:
             self.forward([row(n)])
         if lone:  # a batch of several: the unpadded path and its row counts
             self.forward([row(n) for n in lone])
-        if self.compile:  # the small batches the compiled graph takes (bf16, int8), at the batch buckets' lengths
+        if self.compile and self._compiled_runner().packs and self.task in PACKED_TASKS:
+            self.forward([row(16), row(24)])  # packed: its ops make nothing per row count, one call
+        elif self.compile:  # the small batches the compiled graph takes (bf16, int8), at the batch buckets' lengths
             # up to 4: past that only the int8 graph with bertkit's AMX op takes more, and it makes no
             # kernel per shape (a first batch of 5-8 inputs as fast as the next, MiniLM), while warming
             # 5-8 up took 0.65 s more of `serve`'s start

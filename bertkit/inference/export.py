@@ -40,8 +40,9 @@ class _Exported(torch.nn.Module):
         super().__init__()
         self.model, self.output_names = model, output_names
 
-    def forward(self, input_ids, attention_mask, token_type_ids):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    def forward(self, input_ids, attention_mask, token_type_ids, position_ids=None):
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                         position_ids=position_ids)
         return tuple(out[name] for name in self.output_names)
 
 

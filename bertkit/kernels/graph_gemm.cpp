@@ -447,41 +447,81 @@ HeadKernel head_kernel(int64_t chunks, std::integer_sequence<int, Cs...>) {
   return kernels[chunks - 1];
 }
 
-// (B, T, H) query, key, value (rows of any stride, the last dimension contiguous) and a (B, T) bool
-// mask of the keys that may be attended (none: all) -> (B, T, H) context, `heads` heads.
+// Where the keys of a query lie: each run of one nonzero value in a row of `segments` is a sequence
+// attending only to itself (inputs packed one after another), 0 marks padding (its rows come out
+// zero); a bool mask is one sequence per row, its padding False.
+struct Segment {
+  int64_t row, start, length;
+};
+
+std::vector<Segment> segments_of(const std::optional<at::Tensor>& segments, int64_t b, int64_t t) {
+  std::vector<Segment> found;
+  if (!segments.has_value() || !segments->defined()) {
+    for (int64_t s = 0; s < b; ++s) found.push_back({s, 0, t});
+    return found;
+  }
+  TORCH_CHECK(segments->numel() == b * t, "bertkit_attention: a (B, T) mask or segment ids");
+  auto ids = segments->to(at::kLong).contiguous();
+  const int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t s = 0; s < b; ++s)
+    for (int64_t j = 0; j < t;) {
+      int64_t end = j + 1;
+      while (end < t && id[s * t + end] == id[s * t + j]) ++end;
+      if (id[s * t + j] != 0) found.push_back({s, j, end - j});
+      j = end;
+    }
+  return found;
+}
+
+// The key bias of a sequence of `length` keys: 0 for its keys, -inf past them (up to its last chunk).
+const float* key_bias(int64_t length) {
+  static const std::vector<float> bias = [] {
+    std::vector<float> values(2 * kShortKeys, -INFINITY);
+    std::fill(values.begin(), values.begin() + kShortKeys, 0.0f);
+    return values;
+  }();
+  return bias.data() + kShortKeys - length;
+}
+
+// (B, T, H) query, key, value (rows of any stride, the last dimension contiguous) and (B, T) segment
+// ids or a bool mask (`segments_of`; none: one sequence per row) -> (B, T, H) context, `heads` heads.
+// A sequence of up to kShortKeys tokens runs this file's kernel, a longer one (or a CPU without
+// AVX-512, or a head size not a multiple of 16) torch's attention on its rows alone.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                      int64_t heads) {
   TORCH_CHECK(heads > 0 && q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
               "bertkit_attention: (B, T, H) query, key and value of one shape");
   int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = h / heads;
-  bool has_mask = mask.has_value() && mask->defined();
-  bool fast = avx512_usable() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-              v.scalar_type() == at::kFloat && q.device().is_cpu() && t > 0 && t <= kShortKeys && d % 16 == 0 &&
-              q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1;
-  if (!fast) {  // torch's attention on the (B, A, T, D) views
-    auto split = [&](const at::Tensor& x) { return x.view({b, t, heads, d}).transpose(1, 2); };
-    std::optional<at::Tensor> m;
-    if (has_mask) m = mask->to(at::kBool).view({b, 1, 1, t});
-    return at::scaled_dot_product_attention(split(q), split(k), split(v), m).transpose(1, 2).reshape({b, t, h});
+  std::vector<Segment> segments = segments_of(mask, b, t);
+  bool kernel_fits = avx512_usable() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                     v.scalar_type() == at::kFloat && q.device().is_cpu() && d % 16 == 0 &&
+                     q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1;
+  auto out = at::zeros({b, t, h}, q.options());  // padding rows stay zero
+  std::vector<Segment> short_ones;
+  for (const Segment& g : segments) {
+    if (kernel_fits && g.length <= kShortKeys) {
+      short_ones.push_back(g);
+      continue;
+    }
+    // torch's attention on this sequence's (1, A, L, D) views, nothing masked
+    auto split = [&](const at::Tensor& x) { return x[g.row].narrow(0, g.start, g.length).view({1, g.length, heads, d}).transpose(1, 2); };
+    out[g.row].narrow(0, g.start, g.length).copy_(
+        at::scaled_dot_product_attention(split(q), split(k), split(v)).transpose(1, 2).reshape({g.length, h}));
   }
-  auto keep = has_mask ? mask->to(at::kBool).contiguous().view({b, t}) : at::Tensor();
-  int64_t chunks = (t + 15) / 16;
-  auto bias = at::full({b, chunks * 16}, -INFINITY, q.options());
-  float* bias_data = bias.data_ptr<float>();
-  const bool* kept = has_mask ? keep.data_ptr<bool>() : nullptr;
-  for (int64_t s = 0; s < b; ++s)
-    for (int64_t j = 0; j < t; ++j)
-      if (kept == nullptr || kept[s * t + j]) bias_data[s * chunks * 16 + j] = 0.0f;
-  auto out = at::empty({b, t, h}, q.options());
-  HeadKernel kernel = head_kernel(chunks, std::make_integer_sequence<int, kShortKeys / 16>{});
+  if (short_ones.empty()) return out;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  at::parallel_for(0, b * heads, 1, [&](int64_t first, int64_t last) {
-    for (int64_t bh = first; bh < last; ++bh) {
-      int64_t s = bh / heads, a = bh % heads;
-      HeadProblem p{q.data_ptr<float>() + s * q.stride(0) + a * d, k.data_ptr<float>() + s * k.stride(0) + a * d,
-                    v.data_ptr<float>() + s * v.stride(0) + a * d, q.stride(1), k.stride(1), v.stride(1), h, t, d,
-                    bias_data + s * chunks * 16, scale, out.data_ptr<float>() + s * t * h + a * d};
-      kernel(p);
+  const float *qd = q.data_ptr<float>(), *kd = k.data_ptr<float>(), *vd = v.data_ptr<float>();
+  float* od = out.data_ptr<float>();
+  auto kernels = std::make_integer_sequence<int, kShortKeys / 16>{};
+  at::parallel_for(0, static_cast<int64_t>(short_ones.size()) * heads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) {
+      const Segment& g = short_ones[item / heads];
+      int64_t a = item % heads;
+      HeadProblem p{qd + g.row * q.stride(0) + g.start * q.stride(1) + a * d,
+                    kd + g.row * k.stride(0) + g.start * k.stride(1) + a * d,
+                    vd + g.row * v.stride(0) + g.start * v.stride(1) + a * d, q.stride(1), k.stride(1), v.stride(1), h,
+                    g.length, d, key_bias(g.length), scale, od + (g.row * t + g.start) * h + a * d};
+      head_kernel((g.length + 15) / 16, kernels)(p);
     }
   });
   return out;

@@ -21,7 +21,9 @@ slower than the GEMMs they would replace). Eager models never use them.
   on CPUs with AVX-512 (recorded by kernels/layout.Padded): for up to 64 keys a head's scores stay
   in registers, four query rows at a time; torch's CPU flash attention spends ~70 µs per layer on one
   input of 40 tokens (all-MiniLM-L6-v2) in its blocks, buffers and a GEMM call per block, the op ~30.
-  Longer inputs, other head sizes and CPUs go to torch's SDPA inside the op.
+  Longer sequences, other head sizes and CPUs go to torch's SDPA inside the op. The mask's values
+  are segment ids: several inputs packed one after another in one row each attend within itself,
+  so the graphs take a few inputs as one row of their real tokens (`graph_attention`).
 
 Each GEMM op packs a weight on its first call, kept by the weight's address (a graph's constants keep
 theirs) and checked against a sample of its values; the packs stay for the process's life (a
@@ -226,5 +228,7 @@ def graph_int8_linear(quantised: torch.Tensor, row_scale: torch.Tensor, weight: 
 def graph_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                     heads: int) -> torch.Tensor:
     """The attention op, for fp32 attention recorded inside `recording(attention=True)`: (B, T, H)
-    query, key and value, a bool mask of the keys that may be attended ((B, 1, 1, T)) -> (B, T, H)."""
+    query, key and value and `mask`, (B, T) segment ids -> (B, T, H). Each run of one nonzero id in a
+    row is a sequence attending only to itself (inputs packed one after another); 0 is padding,
+    whose rows come out zero. A 1 / 0 attention mask is one sequence per row; None, no padding."""
     return torch.ops.bertkit.bertkit_attention(q, k, v, mask, heads)

@@ -18,10 +18,12 @@ class Padded:
     (while exporting: the plain ones, whatever the model holds).
     """
 
-    def __init__(self, mask: torch.Tensor | None, causal: bool, options: KernelOptions = PROCESS_DEFAULT):
+    def __init__(self, mask: torch.Tensor | None, causal: bool, options: KernelOptions = PROCESS_DEFAULT,
+                 segments: torch.Tensor | None = None):
         self.mask = mask
         self.causal = causal
         self.options = options
+        self.segments = segments  # while exporting: the (B, T) attention mask as given (see attention)
 
     def enter(self, x: torch.Tensor) -> torch.Tensor:
         return x  # (B, T, H)
@@ -39,8 +41,10 @@ class Padded:
         """(B, T, H) query, key, value -> (B, T, H) context."""
         B, T, H = q.shape
         if is_recording_attention() and exporting() and not self.causal and dropout_p == 0.0 \
-                and q.dtype == torch.float32 and (self.mask is None or self.mask.shape[-2] == 1):
-            return graph_attention(q, k, v, self.mask, heads)  # a graph compiled ahead (graph_gemm.py)
+                and q.dtype == torch.float32 and (self.segments is not None or self.mask is None):
+            # a graph compiled ahead (graph_gemm.py): the mask's values are segment ids, so that
+            # inputs packed one after another in a row attend each within itself
+            return graph_attention(q, k, v, self.segments, heads)
         q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
         causal_flag = self.causal and self.mask is None
         ctx = attention(q, k, v, self.mask, dropout_p, causal_flag, self.options)  # (B, A, T, D)
@@ -123,7 +127,8 @@ def layout_for(attention_mask: torch.Tensor | None, causal: bool, T: int,
     traced or exported, whatever options it holds."""
     if exporting():
         plain = KernelOptions.plain()
-        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal, plain)
+        segments = attention_mask if attention_mask is not None and attention_mask.dim() == 2 else None
+        return Padded(padding_mask(attention_mask, causal, T, skip_if_full=False), causal, plain, segments)
     mask = padding_mask(attention_mask, causal, T)
     unpadded = unpadding_for(attention_mask, options) if mask is not None else None
     return Padded(mask, causal, options) if unpadded is None else Packed(unpadded, mask, causal, options)

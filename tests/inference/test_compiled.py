@@ -76,7 +76,44 @@ def test_a_lone_input_really_runs_the_compiled_graph(compiled_pair, monkeypatch,
     fast.embeddings(["a short query"])
     assert calls == [(1, 8)]  # [CLS] a short query [SEP], padded to the lone-input bucket (a multiple of 8)
     fast.embeddings(["a short query", "another"])
-    assert len(calls) == 1  # a batch of two at fp32: the eager model (compiled_module.BATCH_LIMIT)
+    if fast._compiled.packs:  # both in one row of their real tokens, 5 + 3 (batching.pack_rows)
+        assert calls == [(1, 8), (1, 8)]
+    else:  # a batch of two at fp32: the eager model (compiled_module.batch_limit)
+        assert len(calls) == 1
+    _, classifier, _ = engines["BertForSequenceClassification"]
+    classifier_calls = []
+    real = classifier._compiled._run
+    monkeypatch.setattr(classifier._compiled, "_run", lambda *a: classifier_calls.append(a[0].shape) or real(*a))
+    classifier.logits(["a short query", "another"])
+    assert classifier_calls == []  # its logits are per input (the first token's): never packed
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_a_few_inputs_packed_in_one_row_give_each_inputs_own_numbers(compiled_pair, monkeypatch, one_thread):
+    # 2-8 inputs (pairs among them, some past the attention kernel's 64 tokens) in one row of their
+    # real tokens: each input's vectors as alone through the graph, and as the eager model's.
+    engines, _ = compiled_pair
+    eager, fast, _ = engines["BertModel"]
+    if not fast._compiled.packs:
+        pytest.skip("the graph packs where bertkit's attention and GEMM ops run (AVX-512, MKL's pack or AMX)")
+    shapes = []
+    real = fast._compiled._run
+    monkeypatch.setattr(fast._compiled, "_run", lambda *a: shapes.append((a[0].shape, int(a[1].max()))) or real(*a))
+    generator = torch.Generator().manual_seed(0)
+    # the tiny model's 128 positions bound the packed row; 70 tokens go to SDPA inside the op
+    for lengths in ([70, 40], [5, 30, 60], [3, 9, 17, 25, 40], [4, 8, 12, 16, 20, 24, 10, 6]):
+        count, rows = len(lengths), []
+        for n in lengths:
+            ids = [101] + torch.randint(1000, 5000, (n - 2,), generator=generator).tolist() + [102]
+            rows.append({"input_ids": ids, "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2), "attention_mask": [1] * n})
+        shapes.clear()
+        packed = fast.forward(rows)
+        assert [shape for shape, _ in shapes] == [(1, -(-sum(lengths) // 8) * 8)] and shapes[0][1] == count
+        for row, got, want in zip(rows, packed, eager.forward(rows)):
+            alone = fast.forward([row])[0]["last_hidden_state"]
+            assert got["last_hidden_state"].shape == (len(row["input_ids"]), 32)
+            torch.testing.assert_close(got["last_hidden_state"], alone, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(got["last_hidden_state"], want["last_hidden_state"], atol=1e-4, rtol=1e-4)
 
 
 def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pair, monkeypatch, one_thread):
@@ -288,7 +325,9 @@ def test_int8_compiles_the_quantised_weights_per_token(tiny_model_dir, cache, on
     for row, got in zip(rows, fast.forward(rows)):
         alone = fast.forward([row])[0]["last_hidden_state"]
         torch.testing.assert_close(got["last_hidden_state"], alone, atol=1e-4, rtol=1e-4)
-    assert [shape[0] for shape in calls[len(TEXTS):]] == [3, 1, 1, 1]
+    # three inputs in one call: packed in one row where the graph packs, else padded (B = 3)
+    assert [shape[0] for shape in calls[len(TEXTS):]] == [1 if fast._compiled.packs else 3, 1, 1, 1]
+    assert fast._compiled.packs == (fast._compiled.int8_gemm and fast._compiled.attention_op)
     texts = (TEXTS * 3)[:fast._compiled.max_batch + 1]  # past the limit: the eager int8 model
     for a, b in zip(fast.embeddings(texts), eager.embeddings(texts)):
         assert torch.equal(a, b)
@@ -508,14 +547,16 @@ def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model
         torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
 
 
-def _attention_formula(q, k, v, mask, heads):
-    """softmax(q k^T / sqrt(D) + mask) v per head in float64, from (B, T, H) rows; a query with no key
-    to attend gives zeros (as torch's safe softmax)."""
+def _attention_formula(q, k, v, segments, heads):
+    """softmax(q k^T / sqrt(D)) v per head in float64, from (B, T, H) rows, each query attending to
+    the keys of its own segment ((B, T) ids, 0 for padding; None: one segment per row); a query with
+    no key to attend (padding) gives zeros."""
     B, T, H = q.shape
     split = [t.double().reshape(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v)]
     scores = split[0] @ split[1].transpose(-1, -2) / (H // heads) ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if segments is not None:
+        same = (segments[:, :, None] == segments[:, None, :]) & (segments[:, None, :] != 0)  # (B, T, T)
+        scores = scores.masked_fill(~same[:, None], float("-inf"))
     probs = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
     return (probs @ split[2]).transpose(1, 2).reshape(B, T, H)
 
@@ -541,10 +582,16 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
         q, k, v = qkv.split(hidden, -1)
         kept = qkv.clone()
         keep = torch.arange(length)[None, :] < torch.randint(1, length + 1, (batch, 1))
-        for mask in (None, keep[:, None, None, :]):
+        # segment ids: inputs packed one after another, then padding (the mask a packing graph gets)
+        cuts = torch.sort(torch.randint(0, length + 1, (batch, 3)), dim=1).values
+        positions = torch.arange(length)[None, :]
+        segments = 1 + (positions >= cuts[:, :1]).long() + (positions >= cuts[:, 1:2]).long()  # 1, 2, 3 ...
+        segments = segments.masked_fill(positions >= cuts[:, 2:3], 0)  # ... then padding
+        for mask, ids in ((None, None), (keep[:, None, None, :], keep.long()), (keep.long(), keep.long()),
+                          (segments, segments)):
             got = torch.ops.bertkit.bertkit_attention(q, k, v, mask, heads)
             assert got.shape == (batch, length, hidden) and got.is_contiguous()
-            torch.testing.assert_close(got.double(), _attention_formula(q, k, v, mask, heads), atol=2e-5, rtol=1e-5)
+            torch.testing.assert_close(got.double(), _attention_formula(q, k, v, ids, heads), atol=2e-5, rtol=1e-5)
         assert torch.equal(qkv, kept)  # the inputs are read, never written
     if graph_gemm.short_attention(tmp_path / "ops"):  # bertkit's kernel: a query with no key to attend gets zeros
         q = torch.randn(1, 8, 64)
@@ -590,3 +637,17 @@ def test_the_graphs_batch_limit_follows_the_precision_the_int8_op_and_the_width(
     assert limit("int8", 768, amx_int8_gemm=True) == 4  # BERT-base (0.97x at 8)
     assert limit("int8", 1024, amx_int8_gemm=True) == 4 and limit("int8", 128, amx_int8_gemm=True) == 8
     assert limit("fp32", 384, amx_int8_gemm=True) == 1
+
+
+def test_pack_rows_puts_inputs_one_after_another_numbered_with_their_own_positions():
+    from bertkit.batching import SINGLE_LENGTH_BUCKET, pack_rows
+
+    rows = [{"input_ids": [101, 7, 102], "token_type_ids": [0, 0, 0]},
+            {"input_ids": [101, 8, 9, 102, 10, 102], "token_type_ids": [0, 0, 0, 0, 1, 1]}]
+    packed, starts = pack_rows(rows, pad_token_id=0)
+    assert starts == [0, 3] and SINGLE_LENGTH_BUCKET == 8
+    assert packed["input_ids"].tolist() == [[101, 7, 102, 101, 8, 9, 102, 10, 102, 0, 0, 0, 0, 0, 0, 0]]
+    assert packed["attention_mask"].tolist() == [[1, 1, 1, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0]]
+    assert packed["token_type_ids"].tolist() == [[0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0]]
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 0]]
+    assert all(t.dtype == torch.long and t.is_contiguous() for t in packed.values())
