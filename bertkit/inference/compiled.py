@@ -1,5 +1,5 @@
-"""A lone input (at bf16 and int8 up to four, at int8 on AMX up to eight) through a graph compiled ahead for this model on this CPU
-(issue 39, opt-in: `InferenceEngine(..., compile=True)`, `bertkit serve --compile`,
+"""A lone input (at bf16 and int8 up to four, at int8 on AMX up to eight; 2-8 packed in one row where
+the graph packs) through a graph compiled ahead for this model on this CPU (issue 39, opt-in: `InferenceEngine(..., compile=True)`, `bertkit serve --compile`,
 `pipeline(..., compile=True)`; not `predict`, whose files run in batches).
 
 One request to a small encoder spends a good part of its time between kernels: a dozen dispatched
@@ -18,10 +18,13 @@ model is recorded under bf16 autocast, so the graph holds the eager bf16 path's 
 folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
 inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
 a bounded set of row counts, whose oneDNN kernels `warm_up` makes (a new row count costs a few ms
-the first time). The graph computes on the padded batch where the eager engine unpads, so it takes
-a batch only while that pays (`BATCH_LIMIT`). Measured on a 2-vCPU Xeon (AVX-512, AMX),
+the first time). Padded, the graph computes the padding where the eager engine unpads, so it takes
+a padded batch only while that pays (`batch_limit`). Where its attention and its GEMMs are
+bertkit's own ops (`packs`), 2-8 inputs instead go in one row of their real tokens, the mask numbering
+them and the positions restarting at each (batching.pack_rows): the attention op attends within
+each, and the GEMMs make nothing per row count. Measured on a 2-vCPU Xeon (AVX-512, AMX),
 all-MiniLM-L6-v2, one input of 8-64 tokens alternated against the eager engine: fp32 1.17-1.27x,
-bf16 1.49-1.66x (docs/speed.md).
+bf16 1.49-1.66x; 2-8 packed inputs at fp32 1.2-1.4x (docs/speed.md).
 
 Compiling takes tens of seconds (MiniLM 20-40 s on 2 cores) and a C++ compiler, so it is done once
 per model, CPU and thread count and kept in a cache folder (`BERTKIT_COMPILE_CACHE`, default
@@ -210,7 +213,8 @@ def _source_digest() -> str:
 class CompiledLoneInput:
     """`(input_ids, attention_mask, token_type_ids)` of a few inputs, each (B, T) with B at most
     `max_batch` (1 at fp32, 4 at bf16 and int8, up to 8 at int8 on AMX: `batch_limit`) -> the head's outputs
-    (a tuple, in `output_names` order), from the cached package, compiled first if there is none.
+    (a tuple, in `output_names` order), from the cached package, compiled first if there is none;
+    where `packs`, several inputs in one row (`__call__`).
     `precision` "bf16": recorded and compiled under bf16 autocast (the outputs come back as the
     eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
     (kernels/int8.int8_for_graph). `gemm_ops` False: inductor's GEMMs even where bertkit's own

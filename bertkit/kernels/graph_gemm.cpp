@@ -454,7 +454,8 @@ struct Segment {
   int64_t row, start, length;
 };
 
-std::vector<Segment> segments_of(const std::optional<at::Tensor>& segments, int64_t b, int64_t t) {
+std::vector<Segment> segments_of(const std::optional<at::Tensor>& segments, int64_t b, int64_t t,
+                                 std::vector<Segment>& padding) {
   std::vector<Segment> found;
   if (!segments.has_value() || !segments->defined()) {
     for (int64_t s = 0; s < b; ++s) found.push_back({s, 0, t});
@@ -467,7 +468,7 @@ std::vector<Segment> segments_of(const std::optional<at::Tensor>& segments, int6
     for (int64_t j = 0; j < t;) {
       int64_t end = j + 1;
       while (end < t && id[s * t + end] == id[s * t + j]) ++end;
-      if (id[s * t + j] != 0) found.push_back({s, j, end - j});
+      (id[s * t + j] != 0 ? found : padding).push_back({s, j, end - j});
       j = end;
     }
   return found;
@@ -492,11 +493,15 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(heads > 0 && q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
               "bertkit_attention: (B, T, H) query, key and value of one shape");
   int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = h / heads;
-  std::vector<Segment> segments = segments_of(mask, b, t);
+  std::vector<Segment> padding;
+  std::vector<Segment> segments = segments_of(mask, b, t, padding);
   bool kernel_fits = avx512_usable() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
                      v.scalar_type() == at::kFloat && q.device().is_cpu() && d % 16 == 0 &&
                      q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1;
-  auto out = at::zeros({b, t, h}, q.options());  // padding rows stay zero
+  auto out = at::empty({b, t, h}, q.options());
+  for (const Segment& g : padding)  // padding rows: zeros
+    std::memset(static_cast<char*>(out.data_ptr()) + (g.row * t + g.start) * h * out.element_size(), 0,
+                out.element_size() * g.length * h);
   std::vector<Segment> short_ones;
   for (const Segment& g : segments) {
     if (kernel_fits && g.length <= kShortKeys) {
