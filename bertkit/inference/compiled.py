@@ -1,6 +1,7 @@
 """A lone input (at bf16 and int8 up to four, at int8 on AMX up to eight; 2-8 packed in one row where
-the graph packs) through a graph compiled ahead for this model on this CPU (issue 39, opt-in: `InferenceEngine(..., compile=True)`, `bertkit serve --compile`,
-`pipeline(..., compile=True)`; not `predict`, whose files run in batches).
+the graph packs) through a graph compiled ahead for this model on this CPU (issue 39, opt-in:
+`InferenceEngine(..., compile=True)`, `bertkit serve --compile`, `pipeline(..., compile=True)`; not
+`predict`, whose files run in batches).
 
 One request to a small encoder spends a good part of its time between kernels: a dozen dispatched
 ops per layer, each a few microseconds of Python and framework, and elementwise work (the

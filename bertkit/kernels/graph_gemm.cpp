@@ -509,7 +509,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       continue;
     }
     // torch's attention on this sequence's (1, A, L, D) views, nothing masked
-    auto split = [&](const at::Tensor& x) { return x[g.row].narrow(0, g.start, g.length).view({1, g.length, heads, d}).transpose(1, 2); };
+    auto split = [&](const at::Tensor& x) {
+      return x[g.row].narrow(0, g.start, g.length).view({1, g.length, heads, d}).transpose(1, 2);
+    };
     out[g.row].narrow(0, g.start, g.length).copy_(
         at::scaled_dot_product_attention(split(q), split(k), split(v)).transpose(1, 2).reshape({g.length, h}));
   }

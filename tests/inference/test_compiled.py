@@ -639,6 +639,31 @@ def test_the_graphs_batch_limit_follows_the_precision_the_int8_op_and_the_width(
     assert limit("fp32", 384, amx_int8_gemm=True) == 1
 
 
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_token_and_answer_heads_pack_and_give_each_inputs_own_logits(tiny_model, tmp_path, cache, one_thread):
+    # Per-token heads pack too: a token classifier's (T, labels) and a reader's start / end logits
+    # per input, as the eager engine gives them.
+    from bertkit import BertForQuestionAnswering, BertForTokenClassification
+
+    for cls, extra in ((BertForTokenClassification, {"num_labels": 5}), (BertForQuestionAnswering, {})):
+        model_dir = tiny_model(cls, tmp_path / cls.__name__, **extra)
+        fast, eager = InferenceEngine(model_dir, compile=True), InferenceEngine(model_dir)
+        if not fast._compiled_runner().packs:
+            pytest.skip("the graph packs where bertkit's attention and GEMM ops run (AVX-512, MKL's pack or AMX)")
+        calls = []
+        real = fast._compiled._run
+        fast._compiled._run = lambda *a: calls.append(tuple(a[0].shape)) or real(*a)
+        rows = fast.encode(["a short query", "hi", "a somewhat longer sentence about searching"],
+                           ["some context", "more", "and a passage to read"])
+        got, want = fast.forward(rows), eager.forward(rows)
+        assert len(calls) == 1 and calls[0][0] == 1  # the three in one packed row
+        for g, w, row in zip(got, want, rows):
+            assert g.keys() == w.keys()
+            for key in g:
+                assert g[key].shape == w[key].shape and g[key].shape[0] == len(row["input_ids"])
+                torch.testing.assert_close(g[key], w[key], atol=1e-4, rtol=1e-4)
+
+
 def test_pack_rows_puts_inputs_one_after_another_numbered_with_their_own_positions():
     from bertkit.batching import SINGLE_LENGTH_BUCKET, pack_rows
 
