@@ -238,8 +238,9 @@ class CompiledLoneInput:
         self.attention_op = attention_op and uses_attention_op(precision, folder)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
-        # would meet a new shape at almost every packed length)
-        self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm)
+        # would meet a new shape at almost every packed length), and not in a left-to-right model,
+        # whose causal attention is SDPA's
+        self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm) and not model.config.is_decoder
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,

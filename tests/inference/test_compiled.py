@@ -664,6 +664,15 @@ def test_token_and_answer_heads_pack_and_give_each_inputs_own_logits(tiny_model,
                 torch.testing.assert_close(g[key], w[key], atol=1e-4, rtol=1e-4)
 
 
+def test_a_left_to_right_model_never_packs(tiny_model, tmp_path, cache, monkeypatch, one_thread):
+    # Its causal attention is SDPA's in the graph, which does not read segment ids.
+    model_dir = tiny_model(BertModel, tmp_path / "ltr", is_decoder=True)
+    monkeypatch.setattr(compiled_module.CompiledLoneInput, "_compile", lambda self, *a: None)
+    monkeypatch.setattr(compiled_module, "_package_loader", lambda: lambda *a: None)
+    engine = InferenceEngine(model_dir, compile=True)
+    assert not engine._compiled_runner().packs
+
+
 def test_pack_rows_puts_inputs_one_after_another_numbered_with_their_own_positions():
     from bertkit.batching import SINGLE_LENGTH_BUCKET, pack_rows
 
