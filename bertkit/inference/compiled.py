@@ -238,9 +238,8 @@ class CompiledLoneInput:
         self.attention_op = attention_op and uses_attention_op(precision, folder)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
-        # would meet a new shape at almost every packed length), and not in a left-to-right model,
-        # whose causal attention is SDPA's
-        self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm) and not model.config.is_decoder
+        # would meet a new shape at almost every packed length)
+        self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm) and _keeps_inputs_apart(model)
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
@@ -314,6 +313,13 @@ class CompiledLoneInput:
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1]).repeat(input_ids.shape[0], 1)
         return tuple(self._run(input_ids, attention_mask, token_type_ids, position_ids))
+
+
+def _keeps_inputs_apart(model: torch.nn.Module) -> bool:
+    """Whether inputs packed in one row stay apart through the model: its only layers that mix
+    positions are the attention op's. Not a left-to-right model (its causal attention is SDPA's) nor
+    one with a BiLSTM on top (it would run over the whole row)."""
+    return not model.config.is_decoder and not model.config.bilstm_hidden_size
 
 
 def _mkl_op_loaded(folder: Path) -> bool:

@@ -664,13 +664,23 @@ def test_token_and_answer_heads_pack_and_give_each_inputs_own_logits(tiny_model,
                 torch.testing.assert_close(g[key], w[key], atol=1e-4, rtol=1e-4)
 
 
-def test_a_left_to_right_model_never_packs(tiny_model, tmp_path, cache, monkeypatch, one_thread):
-    # Its causal attention is SDPA's in the graph, which does not read segment ids.
-    model_dir = tiny_model(BertModel, tmp_path / "ltr", is_decoder=True)
+def test_left_to_right_models_and_bilstm_heads_never_pack(tiny_model, tmp_path, cache, monkeypatch, one_thread):
+    # A left-to-right model's causal attention is SDPA's in the graph, which does not read segment
+    # ids; a BiLSTM on top would run over the whole packed row. The same heads without them pack
+    # where the graph's ops allow.
+    from bertkit import BertForTokenClassification
+
     monkeypatch.setattr(compiled_module.CompiledLoneInput, "_compile", lambda self, *a: None)
     monkeypatch.setattr(compiled_module, "_package_loader", lambda: lambda *a: None)
-    engine = InferenceEngine(model_dir, compile=True)
-    assert not engine._compiled_runner().packs
+    packs = {}
+    for name, cls, extra in (("plain", BertModel, {}), ("ltr", BertModel, {"is_decoder": True}),
+                             ("tagger", BertForTokenClassification, {"num_labels": 3}),
+                             ("bilstm", BertForTokenClassification, {"num_labels": 3, "bilstm_hidden_size": 8})):
+        runner = InferenceEngine(tiny_model(cls, tmp_path / name, **extra), compile=True)._compiled_runner()
+        packs[name] = runner.packs
+        ops = runner.attention_op and (runner.mkl_gemm or runner.int8_gemm)
+        assert runner.packs == (ops and name in ("plain", "tagger"))
+    assert not packs["ltr"] and not packs["bilstm"]
 
 
 def test_pack_rows_puts_inputs_one_after_another_numbered_with_their_own_positions():
