@@ -314,7 +314,7 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
     through the eager runner (`fallback`)."""
     from bertkit.batching import pack_rows
     from bertkit.inference.compiled import CompiledLoneInput
-    from bertkit.inference.engine import PACKED_INPUTS, WARM_UP_LENGTHS, engine_kernels
+    from bertkit.inference.engine import WARM_UP_LENGTHS, engine_kernels
     from bertkit.inference.frozen import freeze_encoders
     from bertkit.kernels.int8 import quantize_int8
 
@@ -329,7 +329,7 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
 
     def run(batch: Batch):
         B = len(batch.lengths)
-        if graph.packs and 2 <= B <= PACKED_INPUTS:  # the inputs' real tokens in one row (engine._compiled_forward)
+        if graph.packs and 2 <= B <= graph.max_packed:  # the inputs' real tokens in one row (engine._compiled_forward)
             packed, starts = pack_rows([{"input_ids": ids, "token_type_ids": types}
                                         for ids, types in zip(batch.token_lists, batch.type_lists)], 0)
             if graph.accepts(1, packed["input_ids"].shape[1]):

@@ -354,7 +354,7 @@ class BertModel(BertPreTrainedModel):
             self.hold_kernels(kernels)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None,
-                output_hidden_states=None, return_dict=True, output_attentions=None, **unused):
+                output_hidden_states=None, return_dict=True, output_attentions=None, pooled_tokens=None, **unused):
         _reject_unknown(unused)
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -364,7 +364,7 @@ class BertModel(BertPreTrainedModel):
         layout = Padded(padding_mask(attention_mask, causal, T), causal, self.kernels) if output_attentions \
             else layout_for(attention_mask, causal, T, self.kernels)
         x, hidden_states, attentions = self.encoder(x, layout, output_hidden_states, output_attentions)
-        pooled = self.pool(x, attention_mask) if self.pooler is not None else None
+        pooled = self.pool(x, attention_mask, pooled_tokens) if self.pooler is not None else None
         output = ModelOutput(
             last_hidden_state=x,
             pooler_output=pooled,
@@ -373,8 +373,12 @@ class BertModel(BertPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
-    def pool(self, sequence_output, attention_mask=None):
-        """Pooled vector: [CLS] for the bidirectional model, the last real token for the LTR model."""
+    def pool(self, sequence_output, attention_mask=None, pooled_tokens=None):
+        """Pooled vector: [CLS] for the bidirectional model, the last real token for the LTR model.
+        `pooled_tokens` (S,): the tokens to pool instead, as positions in the flattened (B * T) rows
+        (several inputs packed one after another in a row: inference/engine.py) -> (S, H)."""
+        if pooled_tokens is not None:
+            return self.pooler(sequence_output.reshape(1, -1, sequence_output.shape[-1]), pooled_tokens)
         last_index = None
         if self.config.is_decoder:
             T = sequence_output.shape[1]

@@ -23,7 +23,8 @@ the first time). Padded, the graph computes the padding where the eager engine u
 a padded batch only while that pays (`batch_limit`). Where its attention and its GEMMs are
 bertkit's own ops (`packs`), 2-8 inputs instead go in one row of their real tokens, the mask numbering
 them and the positions restarting at each (batching.pack_rows): the attention op attends within
-each, and the GEMMs make nothing per row count. Measured on a 2-vCPU Xeon (AVX-512, AMX),
+each, and the GEMMs make nothing per row count; a classifier's graph also takes where each input
+starts, for its pooler (`pools`). Measured on a 2-vCPU Xeon (AVX-512, AMX),
 all-MiniLM-L6-v2, one input of 8-64 tokens alternated against the eager engine: fp32 1.17-1.27x,
 bf16 1.49-1.66x; 2-8 packed inputs at fp32 1.2-1.4x (docs/speed.md).
 
@@ -93,6 +94,7 @@ BATCH_LIMIT = {"fp32": 1, "bf16": 4, "int8": 4}
 AMX_INT8_BATCH_LIMIT, AMX_INT8_WIDTH = 8, 384
 MIN_BATCH_DIM = 4  # the graph's batch dimension spans at least 1-4: as fast at one input as a graph for one
 MIN_LENGTH = 2  # [CLS] and [SEP]: export specialises lengths 0 and 1, which no tokenized input has
+PACKED_INPUTS = 8  # the most inputs the engine packs in one row (more run its unpadded eager path)
 
 
 def cache_limit_bytes() -> int:
@@ -240,6 +242,10 @@ class CompiledLoneInput:
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
         # would meet a new shape at almost every packed length)
         self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm) and _keeps_inputs_apart(model)
+        self.max_packed = PACKED_INPUTS
+        # A classifier's logits come from pooled tokens: the graph takes their positions (one per
+        # input; a packed row holds several inputs' first tokens), so it may pack too
+        self.pools = type(model).__name__ == "BertForSequenceClassification"
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
@@ -284,6 +290,10 @@ class CompiledLoneInput:
         example = torch.full((2, min(16, self.max_length)), 100, dtype=torch.long)
         positions = torch.arange(example.shape[1]).repeat(example.shape[0], 1)
         inputs = (example, torch.ones_like(example), torch.zeros_like(example), positions)
+        dynamic = ({0: batch, 1: length},) * 4
+        if self.pools:  # each row's first token, as positions in the flattened rows
+            inputs += (torch.arange(example.shape[0]) * example.shape[1],)
+            dynamic += ({0: torch.export.Dim("inputs", min=1, max=max(self.batch_dim, PACKED_INPUTS))},)
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
@@ -291,7 +301,7 @@ class CompiledLoneInput:
                 if self.mkl_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
-                program = torch.export.export(wrapped, inputs, dynamic_shapes=({0: batch, 1: length},) * 4)
+                program = torch.export.export(wrapped, inputs, dynamic_shapes=dynamic)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
                     package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(work) / "model.pt2"))
                     os.replace(package, self.path)  # whole or not at all: a killed compile leaves no package
@@ -306,13 +316,19 @@ class CompiledLoneInput:
         return 1 <= inputs <= self.max_batch and MIN_LENGTH <= length <= self.max_length
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                 position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                 position_ids: torch.Tensor | None = None, first_tokens: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, ...]:
         """(B, T) inputs -> the outputs. Where `packs`, several inputs may share a row: their tokens one
-        after another, `attention_mask` numbering them (1, 2, ...; 0 for padding) and `position_ids`
-        restarting at each (batching.pack_rows)."""
+        after another, `attention_mask` numbering them (1, 2, ...; 0 for padding), `position_ids`
+        restarting at each (batching.pack_rows) and, where the graph `pools` (a classifier),
+        `first_tokens` saying where each input starts in the flattened rows (default: each row's first)."""
+        B, T = input_ids.shape
         if position_ids is None:
-            position_ids = torch.arange(input_ids.shape[1]).repeat(input_ids.shape[0], 1)
-        return tuple(self._run(input_ids, attention_mask, token_type_ids, position_ids))
+            position_ids = torch.arange(T).repeat(B, 1)
+        inputs = [input_ids, attention_mask, token_type_ids, position_ids]
+        if self.pools:
+            inputs.append(torch.arange(B) * T if first_tokens is None else first_tokens)
+        return tuple(self._run(*inputs))
 
 
 def _keeps_inputs_apart(model: torch.nn.Module) -> bool:

@@ -99,9 +99,9 @@ WARM_UP_LENGTHS = tuple(range(SINGLE_LENGTH_BUCKET, 129, SINGLE_LENGTH_BUCKET)) 
 ROW_MULTIPLE = 64  # unpadded token counts are rounded up to a multiple of this (oneDNN shapes)
 FINE_ROWS = WARM_UP_LENGTHS[-1]  # ... but counts up to this one to a multiple of 8, as lone inputs are padded
 # A few inputs to a compiled graph that packs (inference/compiled.py) go in one row of their real
-# tokens; more run the unpadded eager path. Only heads whose every output is per token: a
-# classifier's (or the pre-training head's) per-sequence outputs read each row's first token.
-PACKED_INPUTS = 8
+# tokens; more run the unpadded eager path. Heads whose every output is per token, and a classifier,
+# whose graph is told where each input's first token lies (the pre-training head's and a multiple
+# choice head's are not).
 PACKED_TASKS = ("feature-extraction", "sentence-embeddings", "token-classification", "question-answering")
 
 
@@ -316,24 +316,31 @@ class InferenceEngine:
 
     def _compiled_forward(self, runner, rows: Sequence[dict], keys: Sequence[str]) -> list[dict[str, torch.Tensor]] | None:
         """The compiled graph's outputs for these rows, or None where it does not take them: 2 to
-        PACKED_INPUTS inputs packed in one row where the graph packs and every output is per token,
-        else up to its `max_batch` inputs padded."""
+        `max_packed` inputs packed in one row where the graph packs (`_packs`), else up to its
+        `max_batch` inputs padded."""
         names = runner.output_names
         if not all(key in names or OUTPUT_ALIASES.get(key) in names for key in keys):
             return None
-        if runner.packs and 2 <= len(rows) <= PACKED_INPUTS and self.task in PACKED_TASKS:
+        if self._packs(runner) and 2 <= len(rows) <= runner.max_packed:
             packed, starts = pack_rows(rows, self.tokenizer.pad_token_id)
             if runner.accepts(1, packed["input_ids"].shape[1]):
-                out = dict(zip(names, runner(packed["input_ids"], packed["attention_mask"], packed["token_type_ids"],
-                                             packed["position_ids"])))
-                return [{key: out[key if key in out else OUTPUT_ALIASES[key]][0, start:start + len(row["input_ids"])]
-                         for key in keys} for row, start in zip(rows, starts)]
+                out = runner(packed["input_ids"], packed["attention_mask"], packed["token_type_ids"],
+                             packed["position_ids"], torch.tensor(starts))
+                out = {key: out[names.index(key if key in names else OUTPUT_ALIASES[key])] for key in keys}
+                if runner.pools:  # one row of logits per input
+                    return [{key: value[number] for key, value in out.items()} for number in range(len(rows))]
+                return [{key: value[0, start:start + len(row["input_ids"])] for key, value in out.items()}
+                        for row, start in zip(rows, starts)]
         if len(rows) <= runner.max_batch:
             batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the engine's buckets: few oneDNN shapes
             if runner.accepts(*batch["input_ids"].shape):
                 out = dict(zip(names, runner(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])))
                 return self._outputs(rows, keys, batch, out)
         return None
+
+    def _packs(self, runner) -> bool:
+        """Whether several inputs go to this graph packed in one row (`_compiled_forward`)."""
+        return runner.packs and (self.task in PACKED_TASKS or runner.pools)
 
     def _outputs(self, rows: Sequence[dict], keys: Sequence[str], batch: dict, out) -> list[dict[str, torch.Tensor]]:
         token_level = batch["input_ids"].dim() == 2
@@ -375,7 +382,7 @@ class InferenceEngine:
             self.forward([row(n)])
         if lone:  # a batch of several: the unpadded path and its row counts
             self.forward([row(n) for n in lone])
-        if self.compile and self._compiled_runner().packs and self.task in PACKED_TASKS:
+        if self.compile and self._packs(self._compiled_runner()):
             self.forward([row(16), row(24)])  # packed: its ops make nothing per row count, one call
         elif self.compile:  # the small batches the compiled graph takes (bf16, int8), at the batch buckets' lengths
             # up to 4: past that only the int8 graph with bertkit's AMX op takes more, and it makes no

@@ -40,9 +40,10 @@ class _Exported(torch.nn.Module):
         super().__init__()
         self.model, self.output_names = model, output_names
 
-    def forward(self, input_ids, attention_mask, token_type_ids, position_ids=None):
+    def forward(self, input_ids, attention_mask, token_type_ids, position_ids=None, pooled_tokens=None):
+        pooled = {} if pooled_tokens is None else {"pooled_tokens": pooled_tokens}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                         position_ids=position_ids)
+                         position_ids=position_ids, **pooled)
         return tuple(out[name] for name in self.output_names)
 
 
