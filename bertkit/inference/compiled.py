@@ -244,8 +244,9 @@ class CompiledLoneInput:
         self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm) and _keeps_inputs_apart(model)
         self.max_packed = PACKED_INPUTS
         # A classifier's logits come from pooled tokens: the graph takes their positions (one per
-        # input; a packed row holds several inputs' first tokens), so it may pack too
-        self.pools = type(model).__name__ == "BertForSequenceClassification"
+        # input; a packed row holds several inputs' first tokens), so it may pack too. Not a
+        # left-to-right one (it pools each input's last real token) nor one with a BiLSTM on top.
+        self.pools = type(model).__name__ == "BertForSequenceClassification" and _keeps_inputs_apart(model)
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,

@@ -687,12 +687,18 @@ def test_left_to_right_models_and_bilstm_heads_never_pack(tiny_model, tmp_path, 
     packs = {}
     for name, cls, extra in (("plain", BertModel, {}), ("ltr", BertModel, {"is_decoder": True}),
                              ("tagger", BertForTokenClassification, {"num_labels": 3}),
-                             ("bilstm", BertForTokenClassification, {"num_labels": 3, "bilstm_hidden_size": 8})):
+                             ("bilstm", BertForTokenClassification, {"num_labels": 3, "bilstm_hidden_size": 8}),
+                             ("classifier", BertForSequenceClassification, {"num_labels": 3}),
+                             ("ltr classifier", BertForSequenceClassification, {"num_labels": 3, "is_decoder": True}),
+                             ("bilstm classifier", BertForSequenceClassification,
+                              {"num_labels": 3, "bilstm_hidden_size": 8})):
         runner = InferenceEngine(tiny_model(cls, tmp_path / name, **extra), compile=True)._compiled_runner()
         packs[name] = runner.packs
         ops = runner.attention_op and (runner.mkl_gemm or runner.int8_gemm)
-        assert runner.packs == (ops and name in ("plain", "tagger"))
-    assert not packs["ltr"] and not packs["bilstm"]
+        assert runner.packs == (ops and name in ("plain", "tagger", "classifier"))
+        # the graph takes the pooled tokens' positions only where the first token is what it pools
+        assert runner.pools == (name == "classifier")
+    assert not packs["ltr"] and not packs["bilstm"] and not packs["ltr classifier"]
 
 
 def test_pack_rows_puts_inputs_one_after_another_numbered_with_their_own_positions():
