@@ -325,7 +325,7 @@ class InferenceEngine:
             packed, starts = pack_rows(rows, self.tokenizer.pad_token_id)
             if runner.accepts(1, packed["input_ids"].shape[1]):
                 out = runner(packed["input_ids"], packed["attention_mask"], packed["token_type_ids"],
-                             packed["position_ids"], torch.tensor(starts))
+                             packed["position_ids"], torch.tensor(starts) if runner.pools else None)
                 out = {key: out[names.index(key if key in names else OUTPUT_ALIASES[key])] for key in keys}
                 if runner.pools:  # one row of logits per input
                     return [{key: value[number] for key, value in out.items()} for number in range(len(rows))]

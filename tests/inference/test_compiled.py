@@ -97,7 +97,8 @@ def test_a_lone_input_really_runs_the_compiled_graph(compiled_pair, monkeypatch,
     for text, logits, want in zip(texts, got, eager_classifier.logits(texts)):
         assert logits.shape == want.shape == (3,)
         torch.testing.assert_close(logits, want, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(logits, classifier.logits([text])[0], atol=1e-5, rtol=1e-5)
+        if classifier._compiled.packs:  # packed: each text's logits as it gets them alone through the graph
+            torch.testing.assert_close(logits, classifier.logits([text])[0], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
