@@ -57,7 +57,7 @@ SHAPES = {"minilm": [(384, 1152), (384, 384), (384, 1536), (1536, 384)],
           "base": [(768, 2304), (768, 768), (768, 3072), (3072, 768)]}
 ROWS = (8, 40, 64)
 COLD_BYTES = 64 << 20
-KERNELS = ["fp32 F.linear (MKL)", "fp32 MKL packed", "fp32 oneDNN packed", "fp32 ONNX Runtime MatMul",
+KERNELS = ["fp32 F.linear (MKL)", "fp32 MKL packed", "fp32 oneDNN packed", "fp32 bertkit AVX2 op", "fp32 ONNX Runtime MatMul",
            "bf16 oneDNN packed",
            "int8 x86 engine (fbgemm)", "int8 onednn engine", "int8 ONNX Runtime DynamicQuantizeMatMul",
            "int8 per token (torch._int_mm)", "int8 per token (bertkit AMX op)"]
@@ -74,7 +74,7 @@ def available_kernels() -> list[str]:
         ort = False
     usable = {"fp32 F.linear (MKL)": True, "fp32 oneDNN packed": torch.backends.mkldnn.is_available(),
               "fp32 MKL packed": bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_linear"),
-              "fp32 ONNX Runtime MatMul": ort,
+              "fp32 ONNX Runtime MatMul": ort, "fp32 bertkit AVX2 op": _fma_op(),
               "bf16 oneDNN packed": torch.backends.mkldnn.is_available() and cpu_features().bf16,
               "int8 x86 engine (fbgemm)": "x86" in engines, "int8 onednn engine": "onednn" in engines,
               "int8 ONNX Runtime DynamicQuantizeMatMul": ort,
@@ -90,6 +90,17 @@ def _amx_op() -> bool:
         return cpu_features().amx and graph_gemm.amx_int8(cache_dir())
     except RuntimeError as e:  # no compiler
         print(f"no AMX int8 op: {e}", file=sys.stderr)
+        return False
+
+
+def _fma_op() -> bool:
+    from bertkit.device import cpu_features
+    from bertkit.inference.compiled import cache_dir
+    from bertkit.kernels import graph_gemm
+    try:
+        return cpu_features().cpu_class == "avx2" and graph_gemm.fma_usable(cache_dir())
+    except RuntimeError as e:  # no compiler
+        print(f"no AVX2 / FMA op: {e}", file=sys.stderr)
         return False
 
 
@@ -189,6 +200,12 @@ def kernel(name: str, weights, biases, threads: int):
     if name == "fp32 oneDNN packed":
         packs = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
         return lambda xs: [linear(xs[k], p, b, "none", [], "") for k, p, b in zip(widths, packs, biases)]
+    if name == "fp32 bertkit AVX2 op":  # the compiled fp32 graph's GEMMs on the avx2 class (graph_gemm.py)
+        from bertkit.inference.compiled import cache_dir
+        from bertkit.kernels import graph_gemm
+        graph_gemm.load(cache_dir())  # built by available_kernels() in the parent
+        fma = torch.ops.bertkit.bertkit_fma_linear
+        return lambda xs: [fma(xs[k], w, b) for k, w, b in zip(widths, weights, biases)]
     if name == "bf16 oneDNN packed":
         packs = [torch.ops.mkldnn._reorder_linear_weight(w.bfloat16()) for w in weights]
         b16 = [b.bfloat16() for b in biases]

@@ -176,7 +176,7 @@ def cache_dir() -> Path:
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
               mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM,
-              attention_op: bool = False) -> str:
+              attention_op: bool = False, fma_gemm: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -185,9 +185,9 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "amx int8 op" if int8_gemm else "inductor's",
+             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "amx int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
-             "ops": graph_gemm.loaded_name() if mkl_gemm or int8_gemm or attention_op else None,
+             "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
              "attention": "bertkit op" if attention_op else "sdpa",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
@@ -236,12 +236,16 @@ class CompiledLoneInput:
         self.output_names, self.max_length = tuple(output_names), max_length
         folder = cache_dir()
         self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
+        # bertkit's own AVX2 / FMA GEMM where AVX2 is the CPU's widest vector unit (oneDNN's is slower there)
+        self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and graph_gemm.fma_applies() \
+            and _fma_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
-        self.attention_op = attention_op and uses_attention_op(precision, folder)
+        self.attention_op = attention_op and uses_attention_op(precision, folder, self.fma_gemm)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
         # would meet a new shape at almost every packed length)
-        self.packs = self.attention_op and (self.mkl_gemm or self.int8_gemm) and _keeps_inputs_apart(model)
+        self.packs = self.attention_op and (self.mkl_gemm or self.fma_gemm or self.int8_gemm) \
+            and _keeps_inputs_apart(model)
         self.max_packed = PACKED_INPUTS
         # A classifier's logits come from pooled tokens: the graph takes their positions (one per
         # input; a packed row holds several inputs' first tokens), so it may pack too. Not a
@@ -250,7 +254,7 @@ class CompiledLoneInput:
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
-                        self.attention_op)
+                        self.attention_op, self.fma_gemm)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -298,8 +302,9 @@ class CompiledLoneInput:
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
-                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm, attention=self.attention_op) \
-                if self.mkl_gemm or self.int8_gemm or self.attention_op \
+                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm, attention=self.attention_op,
+                                          fma=self.fma_gemm) \
+                if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             with torch.no_grad(), inductor_config.patch(freezing=True), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=dynamic)
@@ -344,17 +349,26 @@ def _mkl_op_loaded(folder: Path) -> bool:
     return _graph_op("MKL's GEMM op", lambda: graph_gemm.load(folder) is not None)
 
 
+def _fma_op_loaded(folder: Path) -> bool:
+    """The fp32 graph's AVX2 / FMA GEMM op (kernels/graph_gemm.py) built, loaded and able to run its kernel."""
+    return _graph_op("the AVX2 GEMM op", lambda: graph_gemm.fma_usable(folder))
+
+
 def _amx_int8_op(folder: Path) -> bool:
     """The int8 graph's AMX GEMM op (kernels/graph_gemm.py) built, loaded and able to use the tiles."""
     return _graph_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
 
 
-def uses_attention_op(precision: str, folder: Path) -> bool:
-    """Whether a graph of this precision records bertkit's attention op for short inputs
-    (kernels/graph_gemm.py): fp32 and int8 (whose attention is fp32) on CPUs with AVX-512, the op
-    built and loaded into the cache folder `folder`."""
-    return precision in ("fp32", "int8") and cpu_features().avx512 and \
-        _graph_op("the attention op", lambda: graph_gemm.short_attention(folder), instead="torch's SDPA")
+def uses_attention_op(precision: str, folder: Path, fma_gemm: bool = False) -> bool:
+    """Whether a graph of this precision records bertkit's attention op (kernels/graph_gemm.py): fp32
+    and int8 (whose attention is fp32) on CPUs with AVX-512, where it has a kernel for short inputs;
+    and an fp32 graph whose GEMMs are the AVX2 / FMA op (`fma_gemm`), where it runs torch's SDPA on
+    each input's rows so that a few inputs pack in one row. The op built and loaded into `folder`."""
+    if precision not in ("fp32", "int8"):
+        return False
+    if cpu_features().avx512:
+        return _graph_op("the attention op", lambda: graph_gemm.short_attention(folder), instead="torch's SDPA")
+    return fma_gemm and precision == "fp32"  # fma_gemm: the ops' library is loaded already
 
 
 def _graph_op(name: str, available, instead: str = "oneDNN's") -> bool:

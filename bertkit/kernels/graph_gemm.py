@@ -54,10 +54,13 @@ from pathlib import Path
 import torch
 
 OP = "bertkit::bertkit_mkl_linear"
+FMA_OP = "bertkit::bertkit_fma_linear"
 INT8_OP = "bertkit::bertkit_int8_linear"
 # inductor names an op's C function aoti_torch_cpu_<op name>: the op's name keeps it clear of torch's own
 SHIM = "aoti_torch_cpu_bertkit_mkl_linear"
 SHIM_DECLARATION = f"AOTITorchError {SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*)"
+FMA_SHIM = "aoti_torch_cpu_bertkit_fma_linear"
+FMA_SHIM_DECLARATION = f"AOTITorchError {FMA_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*)"
 INT8_SHIM = "aoti_torch_cpu_bertkit_int8_linear"
 INT8_SHIM_DECLARATION = (f"AOTITorchError {INT8_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
                          "AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*)")
@@ -71,7 +74,7 @@ SOURCE_FILE = Path(__file__).with_name("graph_gemm.cpp")
 
 def source_text() -> str:
     text = SOURCE_FILE.read_text(encoding="utf-8")
-    return text.replace("SHIM_MKL", SHIM).replace("SHIM_INT8", INT8_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM)
+    return text.replace("SHIM_MKL", SHIM).replace("SHIM_FMA", FMA_SHIM).replace("SHIM_INT8", INT8_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM)
 
 
 _lock = threading.Lock()
@@ -86,6 +89,15 @@ def applies(model: torch.nn.Module) -> bool:
 
     held = [getattr(m, "kernels", None) for m in model.modules()]
     return mkl_available() and any(options is not None and options.mkl_rows > 0 for options in held)
+
+
+def fma_applies() -> bool:
+    """Whether a compiled fp32 graph records its Linears as the AVX2 / FMA op rather than inductor's
+    oneDNN GEMMs: on CPUs whose widest vector unit is AVX2 (the avx2 class), where the op measured
+    1.2-1.3x oneDNN's packed GEMM at one request's row counts (8-64)."""
+    from ..device import cpu_features
+
+    return cpu_features().cpu_class == "avx2"
 
 
 def load(folder: Path) -> Path:
@@ -155,6 +167,10 @@ def _register_fake() -> None:
     def _(x, weight, bias):
         return x.new_empty(*x.shape[:-1], weight.shape[0])
 
+    @torch.library.register_fake(FMA_OP)
+    def _(x, weight, bias):
+        return x.new_empty(*x.shape[:-1], weight.shape[0])
+
     @torch.library.register_fake(INT8_OP)
     def _(q, row_scale, weight, weight_scale, bias):
         return q.new_empty(q.shape[0], weight.shape[1], dtype=torch.float32)
@@ -165,28 +181,29 @@ def _register_fake() -> None:
 
 
 @contextlib.contextmanager
-def recording(mkl: bool = True, int8: bool = False, attention: bool = False):
+def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma: bool = False):
     """While a model is exported inside this block, its fp32 Linears (kernels.linear) record the MKL
-    op when `mkl`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`,
+    op when `mkl`, the AVX2 / FMA op when `fma`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`,
     its fp32 padded attention (kernels/layout.Padded) the attention op when `attention` (load()
     first); inductor is told to call them through their C functions."""
     import torch._inductor.config as inductor_config
 
     ops = torch.ops.bertkit
     shims = {op.default: [declaration] for op, declaration, used in (
-        (ops.bertkit_mkl_linear, SHIM_DECLARATION, mkl), (ops.bertkit_int8_linear, INT8_SHIM_DECLARATION, int8),
+        (ops.bertkit_mkl_linear, SHIM_DECLARATION, mkl), (ops.bertkit_fma_linear, FMA_SHIM_DECLARATION, fma),
+        (ops.bertkit_int8_linear, INT8_SHIM_DECLARATION, int8),
         (ops.bertkit_attention, ATTENTION_SHIM_DECLARATION, attention)) if used}
-    _recording.mkl, _recording.int8, _recording.attention = mkl, int8, attention
+    _recording.mkl, _recording.fma, _recording.int8, _recording.attention = mkl, fma, int8, attention
     try:
         with inductor_config.patch({"aot_inductor.custom_ops_to_c_shims": shims}):
             yield
     finally:
-        _recording.mkl = _recording.int8 = _recording.attention = False
+        _recording.mkl = _recording.fma = _recording.int8 = _recording.attention = False
 
 
 def is_recording() -> bool:
-    """Inside `recording(mkl=True)`: fp32 Linears record the MKL op."""
-    return getattr(_recording, "mkl", False)
+    """Inside `recording(mkl=True)` or `recording(fma=True)`: fp32 Linears record a GEMM op of bertkit's."""
+    return getattr(_recording, "mkl", False) or getattr(_recording, "fma", False)
 
 
 def is_recording_int8() -> bool:
@@ -213,8 +230,17 @@ def short_attention(folder: Path) -> bool:
     return bool(torch.ops.bertkit.bertkit_short_attention())
 
 
+def fma_usable(folder: Path) -> bool:
+    """Whether the AVX2 / FMA op runs its own kernel here (the CPU has AVX2 and FMA); builds and
+    loads the ops first. Raises RuntimeError as load() does."""
+    load(folder)
+    return bool(torch.ops.bertkit.bertkit_fma_usable())
+
+
 def graph_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """The op, for an fp32 Linear recorded inside `recording()`."""
+    """The fp32 GEMM op being recorded (`recording()`: MKL's or the AVX2 / FMA one), for an fp32 Linear."""
+    if getattr(_recording, "fma", False):
+        return torch.ops.bertkit.bertkit_fma_linear(x, weight, bias)
     return torch.ops.bertkit.bertkit_mkl_linear(x, weight, bias)
 
 

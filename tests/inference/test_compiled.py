@@ -146,13 +146,15 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
     mkl_gemm = again._compiled.mkl_gemm  # the graph's ops are in the key (kernels/graph_gemm.py)
-    ops = {"attention_op": again._compiled.attention_op}
+    ops = {"attention_op": again._compiled.attention_op, "fma_gemm": again._compiled.fma_gemm}
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) in \
         fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm, **ops) not in \
         fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
-                                     attention_op=not ops["attention_op"]) not in fast._compiled.path.name
+                                     **{**ops, "attention_op": not ops["attention_op"]}) not in fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
+                                     **{**ops, "fma_gemm": not ops["fma_gemm"]}) not in fast._compiled.path.name
     with monkeypatch.context() as patched:
         patched.setattr(compiled_module, "_source_digest", lambda: "another bertkit")  # the code the graph records
         assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
@@ -200,13 +202,9 @@ def test_the_cache_deletes_the_least_recently_used_packages_past_its_limit(tmp_p
 
 def test_a_damaged_package_is_named_in_one_line(tiny_model_dir, cache, monkeypatch, one_thread):
     engine = InferenceEngine(tiny_model_dir, compile=True)
-    from bertkit.kernels import graph_gemm
-
-    key = compiled_module.cache_key(engine.model, ("last_hidden_state",), engine.config.max_position_embeddings,
-                                    "fp32", graph_gemm.applies(engine.model),
-                                    attention_op=compiled_module.uses_attention_op("fp32", compiled_module.cache_dir()))
+    monkeypatch.setattr(compiled_module, "cache_key", lambda *a, **k: "the-key")  # the package it will look for
     cache.mkdir(parents=True)
-    damaged = cache / f"BertModel-fp32-{key}.pt2"
+    damaged = cache / "BertModel-fp32-the-key.pt2"
     damaged.write_bytes(b"not a package")
     with pytest.raises(BertkitError, match="cannot load the compiled model") as caught:
         engine.warm_up()
@@ -414,6 +412,69 @@ def test_the_graphs_mkl_op_is_f_linear_and_follows_a_changed_weight(tmp_path):
     transposed = torch.randn(32, 48).t()  # a strided weight is read as its values
     torch.testing.assert_close(torch.ops.bertkit.bertkit_mkl_linear(x, transposed, None), F.linear(x, transposed),
                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(tmp_path):
+    # Against float64: every row count around its 6-row blocks and 96-row chunks, widths not a
+    # multiple of its 16-column panels, no bias, 3-D input, a weight changed in place. On a CPU
+    # without AVX2 / FMA the op is F.linear, which passes too.
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    from bertkit.device import _cpu_info
+
+    assert graph_gemm.fma_usable(tmp_path / "ops") == ({"avx2", "fma"} <= _cpu_info()[0])
+    torch.manual_seed(0)
+    for out, inputs in [(48, 32), (37, 19), (16, 384), (1152, 384), (5, 1)]:
+        weight, bias = torch.randn(out, inputs), torch.randn(out)
+        kept = bias.clone()
+        for rows in (1, 2, 5, 6, 7, 12, 13, 40, 95, 96, 97, 200):
+            x = torch.randn(rows, inputs)
+            want = x.double() @ weight.double().T
+            scale = want.abs().max().item() + 1
+            got = torch.ops.bertkit.bertkit_fma_linear(x, weight, bias).double()
+            assert (got - (want + bias.double())).abs().max().item() < 2e-6 * scale
+            got = torch.ops.bertkit.bertkit_fma_linear(x, weight, None).double()
+            assert (got - want).abs().max().item() < 2e-6 * scale
+        assert torch.equal(bias, kept)
+    x = torch.randn(2, 5, 32)
+    weight = torch.randn(48, 32)
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_fma_linear(x, weight, None), F.linear(x, weight),
+                               atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        weight.mul_(-2.0)  # the same address, other values: packed again, not the old pack
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_fma_linear(x, weight, None), F.linear(x, weight),
+                               atol=1e-5, rtol=1e-5)
+    assert torch.ops.bertkit.bertkit_fma_linear(torch.randn(0, 32), weight, None).shape == (0, 48)
+    transposed = torch.randn(32, 48).t()  # a strided weight is read as its values
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_fma_linear(x, transposed, None), F.linear(x, transposed),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cache, monkeypatch, one_thread):
+    # Where AVX2 is the widest vector unit the fp32 graph's encoder Linears are the AVX2 op (forced
+    # here on any x86 CPU with AVX2, as the class decides) and give the eager numbers; elsewhere none.
+    from bertkit.kernels import KernelOptions, graph_gemm
+
+    if not graph_gemm.fma_usable(cache / "ops"):
+        pytest.skip("this CPU has no AVX2 / FMA")
+    model = BertModel.from_pretrained(tiny_model_dir, kernels=KernelOptions().replace(mkl_rows=0)).eval()
+    monkeypatch.setattr(graph_gemm, "fma_applies", lambda: True)
+    runner = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
+    assert runner.fma_gemm and not runner.mkl_gemm
+    assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
+    for length in (3, 8, 29, 64):
+        ids = torch.randint(1000, 5000, (1, length))
+        ones, zeros = torch.ones_like(ids), torch.zeros_like(ids)
+        with torch.inference_mode():
+            want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
+        torch.testing.assert_close(runner(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
+    monkeypatch.setattr(graph_gemm, "fma_applies", lambda: False)
+    plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
+    assert not plain.fma_gemm and plain.path != runner.path
+    assert f"{graph_gemm.FMA_SHIM}(" not in _wrapper_source(plain.path)
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
@@ -695,7 +756,7 @@ def test_left_to_right_models_and_bilstm_heads_never_pack(tiny_model, tmp_path, 
                               {"num_labels": 3, "bilstm_hidden_size": 8})):
         runner = InferenceEngine(tiny_model(cls, tmp_path / name, **extra), compile=True)._compiled_runner()
         packs[name] = runner.packs
-        ops = runner.attention_op and (runner.mkl_gemm or runner.int8_gemm)
+        ops = runner.attention_op and (runner.mkl_gemm or runner.fma_gemm or runner.int8_gemm)
         assert runner.packs == (ops and name in ("plain", "tagger", "classifier"))
         # the graph takes the pooled tokens' positions only where the first token is what it pools
         assert runner.pools == (name == "classifier")
