@@ -12,9 +12,10 @@ model's limit) dynamic, one graph for all of them, and AOTInductor compiles it w
 (weights folded in as constants, packed for oneDNN, elementwise ops fused) into a shared library,
 packaged as a `.pt2` file. At fp32, where the model's options take MKL for calls of a few rows
 (`mkl_rows`, Intel CPUs with AMX / AVX512_BF16), the encoder's Linears are recorded as bertkit's
-MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs); at fp32 and
-int8 on AVX-512 CPUs, the attention of up to 64 tokens is bertkit's attention op rather than
-torch's flash attention (the same module; `attention_op`). At bf16 the
+MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs); on CPUs
+whose widest vector unit is AVX2, bertkit's AVX2 / FMA GEMM op (`fma_gemm`: 1.2-1.3x oneDNN's GEMMs
+at 8-64 rows); at fp32 and int8 on CPUs with AVX-512 or AVX2, the attention of up to 64 tokens is
+bertkit's attention op rather than torch's flash attention (the same module; `attention_op`). At bf16 the
 model is recorded under bf16 autocast, so the graph holds the eager bf16 path's casts (weights
 folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
 inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
@@ -222,7 +223,7 @@ class CompiledLoneInput:
     eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
     (kernels/int8.int8_for_graph). `gemm_ops` False: inductor's GEMMs even where bertkit's own
     (kernels/graph_gemm.py) apply; `attention_op` False: torch's SDPA rather than bertkit's
-    attention for short inputs (fp32 and int8 graphs on AVX-512 CPUs); the A/Bs in
+    attention for short inputs (fp32 and int8 graphs on AVX-512 and AVX2 CPUs); the A/Bs in
     benchmarks/compiled_gemm_ab.py."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
@@ -240,7 +241,7 @@ class CompiledLoneInput:
         self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and graph_gemm.fma_applies() \
             and _fma_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
-        self.attention_op = attention_op and uses_attention_op(precision, folder, self.fma_gemm)
+        self.attention_op = attention_op and uses_attention_op(precision, folder)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
         # would meet a new shape at almost every packed length)
@@ -359,16 +360,12 @@ def _amx_int8_op(folder: Path) -> bool:
     return _graph_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
 
 
-def uses_attention_op(precision: str, folder: Path, fma_gemm: bool = False) -> bool:
-    """Whether a graph of this precision records bertkit's attention op (kernels/graph_gemm.py): fp32
-    and int8 (whose attention is fp32) on CPUs with AVX-512, where it has a kernel for short inputs;
-    and an fp32 graph whose GEMMs are the AVX2 / FMA op (`fma_gemm`), where it runs torch's SDPA on
-    each input's rows so that a few inputs pack in one row. The op built and loaded into `folder`."""
-    if precision not in ("fp32", "int8"):
-        return False
-    if cpu_features().avx512:
-        return _graph_op("the attention op", lambda: graph_gemm.short_attention(folder), instead="torch's SDPA")
-    return fma_gemm and precision == "fp32"  # fma_gemm: the ops' library is loaded already
+def uses_attention_op(precision: str, folder: Path) -> bool:
+    """Whether a graph of this precision records bertkit's attention op for short inputs
+    (kernels/graph_gemm.py): fp32 and int8 (whose attention is fp32) on CPUs with AVX-512 or AVX2
+    (its kernel for each), the op built and loaded into the cache folder `folder`."""
+    return precision in ("fp32", "int8") and \
+        _graph_op("the attention op", lambda: graph_gemm.short_attention(folder), instead="torch's SDPA")
 
 
 def _graph_op(name: str, available, instead: str = "oneDNN's") -> bool:

@@ -6,7 +6,7 @@
 //                                              int8: per-row int8 x per-column int8 on AMX tiles,
 //                                              its scales and bias applied as the sums leave the tiles
 //   bertkit_attention(q, k, v, mask, heads)    fp32 attention of a short input (up to 64 keys) on
-//                                              AVX-512, longer ones through torch's SDPA
+//                                              AVX-512 or AVX2, longer ones through torch's SDPA
 //
 // The GEMMs pack a weight once, on its first call, kept by the weight's address (a graph's constants
 // keep theirs) and checked against a sample of its values (a freed graph's address may be reused
@@ -556,6 +556,123 @@ HeadKernel head_kernel(int64_t chunks, std::integer_sequence<int, Cs...>) {
   return kernels[chunks - 1];
 }
 
+// The same kernel on AVX2 (CPUs without AVX-512): 8 keys per vector, so up to 64 keys take 8
+// chunks; R x C score vectors plus a key vector and a broadcast fit in the 16 AVX registers.
+__attribute__((target("avx2,fma"))) inline float reduce_max8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+__attribute__((target("avx2,fma"))) inline float reduce_add8(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+
+// e^x for x <= 0 as exp_nonpositive, 2^n put in the exponent bits (n >= -126 above the cut-off).
+__attribute__((target("avx2,fma"))) inline __m256 exp_nonpositive8(__m256 x) {
+  const __m256 alive = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(exponent)), alive);
+}
+
+template <int C, int R>
+__attribute__((target("avx2,fma"))) void query_rows8(const HeadProblem& p, const float* kt, int64_t i, float* probs) {
+  const float* q[R];
+  float* o[R];
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+    int64_t row = std::min<int64_t>(i + r, p.t - 1);
+    q[r] = p.q + row * p.q_stride;
+    o[r] = p.out + row * p.out_stride;
+  }
+  __m256 s[R][C];
+  _Pragma("GCC unroll 8") for (int c = 0; c < C; ++c) {
+    __m256 bias = _mm256_loadu_ps(p.key_bias + 8 * c);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) s[r][c] = bias;
+  }
+  for (int64_t e = 0; e < p.d; ++e) {
+    __m256 a[R];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) a[r] = _mm256_set1_ps(q[r][e] * p.scale);
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; ++c) {
+      __m256 keys = _mm256_load_ps(kt + e * C * 8 + 8 * c);
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) s[r][c] = _mm256_fmadd_ps(a[r], keys, s[r][c]);
+    }
+  }
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+    __m256 m = s[r][0];
+    _Pragma("GCC unroll 8") for (int c = 1; c < C; ++c) m = _mm256_max_ps(m, s[r][c]);
+    float top = reduce_max8(m);
+    if (top == -INFINITY) top = 0.0f;  // no key to attend: zeros, as torch's safe softmax gives
+    __m256 sum = _mm256_setzero_ps();
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; ++c) {
+      s[r][c] = exp_nonpositive8(_mm256_sub_ps(s[r][c], _mm256_set1_ps(top)));
+      sum = _mm256_add_ps(sum, s[r][c]);
+    }
+    float total = reduce_add8(sum);
+    __m256 inverse = _mm256_set1_ps(total > 0.0f ? 1.0f / total : 0.0f);
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; ++c) _mm256_store_ps(probs + (r * C + c) * 8, _mm256_mul_ps(s[r][c], inverse));
+  }
+  for (int64_t e = 0; e < p.d; e += 8) {  // context: the probabilities times v, 8 dimensions at a time
+    __m256 even[R], odd[R];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 1 < p.t; j += 2) {
+      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e), vb = _mm256_loadu_ps(p.v + (j + 1) * p.v_stride + e);
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+        even[r] = _mm256_fmadd_ps(_mm256_set1_ps(probs[r * C * 8 + j]), va, even[r]);
+        odd[r] = _mm256_fmadd_ps(_mm256_set1_ps(probs[r * C * 8 + j + 1]), vb, odd[r]);
+      }
+    }
+    if (j < p.t) {
+      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e);
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) even[r] = _mm256_fmadd_ps(_mm256_set1_ps(probs[r * C * 8 + j]), va, even[r]);
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) _mm256_storeu_ps(o[r] + e, _mm256_add_ps(even[r], odd[r]));
+  }
+}
+
+template <int C>
+__attribute__((target("avx2,fma"))) void attend_head8(const HeadProblem& p) {
+  constexpr int R = C <= 2 ? 4 : C <= 4 ? 2 : 1;  // R x C score vectors held in registers
+  std::vector<float> wide;
+  alignas(32) float kt_local[64 * C * 8];  // K^T: (d, C * 8), zero past the last key
+  alignas(32) float probs[R * C * 8];
+  float* kt = kt_local;
+  if (p.d > 64) {  // a wider head: K^T on the heap, 32-byte aligned
+    wide.resize(p.d * C * 8 + 8);
+    kt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(wide.data()) + 31) & ~uintptr_t(31));
+  }
+  for (int64_t e = 0; e < p.d; ++e)
+    for (int64_t j = 0; j < C * 8; ++j) kt[e * C * 8 + j] = j < p.t ? p.k[j * p.k_stride + e] : 0.0f;
+  for (int64_t i = 0; i < p.t; i += R) query_rows8<C, R>(p, kt, i, probs);
+}
+
+template <int... Cs>
+HeadKernel head_kernel8(int64_t chunks, std::integer_sequence<int, Cs...>) {
+  HeadKernel kernels[] = {&attend_head8<Cs + 1>...};
+  return kernels[chunks - 1];
+}
+
+bool avx2_attention_usable() {
+  static const bool usable = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return usable;
+}
+
+bool short_attention_usable() { return avx512_usable() || avx2_attention_usable(); }
+
 // Where the keys of a query lie: each run of one nonzero value in a row of `segments` is a sequence
 // attending only to itself (inputs packed one after another), 0 marks padding (its rows come out
 // zero); a bool mask is one sequence per row, its padding False.
@@ -595,8 +712,9 @@ const float* key_bias(int64_t length) {
 
 // (B, T, H) query, key, value (rows of any stride, the last dimension contiguous) and (B, T) segment
 // ids or a bool mask (`segments_of`; none: one sequence per row) -> (B, T, H) context, `heads` heads.
-// A sequence of up to kShortKeys tokens runs this file's kernel, a longer one (or a CPU without
-// AVX-512, or a head size not a multiple of 16) torch's attention on its rows alone.
+// A sequence of up to kShortKeys tokens runs this file's kernel (AVX-512, else AVX2), a longer one
+// (or a CPU with neither, or a head size not a multiple of the vector width) torch's attention on
+// its rows alone.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
                      int64_t heads) {
   TORCH_CHECK(heads > 0 && q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
@@ -604,8 +722,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = h / heads;
   std::vector<Segment> padding;
   std::vector<Segment> segments = segments_of(mask, b, t, padding);
-  bool kernel_fits = avx512_usable() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-                     v.scalar_type() == at::kFloat && q.device().is_cpu() && d % 16 == 0 &&
+  const bool wide = avx512_usable();  // 16 keys per vector; else AVX2's 8
+  bool kernel_fits = short_attention_usable() && q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                     v.scalar_type() == at::kFloat && q.device().is_cpu() && d % (wide ? 16 : 8) == 0 &&
                      q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1;
   auto out = at::empty({b, t, h}, q.options());
   for (const Segment& g : padding)  // padding rows: zeros
@@ -629,6 +748,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const float *qd = q.data_ptr<float>(), *kd = k.data_ptr<float>(), *vd = v.data_ptr<float>();
   float* od = out.data_ptr<float>();
   auto kernels = std::make_integer_sequence<int, kShortKeys / 16>{};
+  auto kernels8 = std::make_integer_sequence<int, kShortKeys / 8>{};
   at::parallel_for(0, static_cast<int64_t>(short_ones.size()) * heads, 1, [&](int64_t first, int64_t last) {
     for (int64_t item = first; item < last; ++item) {
       const Segment& g = short_ones[item / heads];
@@ -637,7 +757,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                     kd + g.row * k.stride(0) + g.start * k.stride(1) + a * d,
                     vd + g.row * v.stride(0) + g.start * v.stride(1) + a * d, q.stride(1), k.stride(1), v.stride(1), h,
                     g.length, d, key_bias(g.length), scale, od + (g.row * t + g.start) * h + a * d};
-      head_kernel((g.length + 15) / 16, kernels)(p);
+      (wide ? head_kernel((g.length + 15) / 16, kernels) : head_kernel8((g.length + 7) / 8, kernels8))(p);
     }
   });
   return out;
@@ -653,7 +773,7 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
-  m.def("bertkit_short_attention() -> bool", &avx512_usable);  // whether bertkit_attention runs its own kernel here
+  m.def("bertkit_short_attention() -> bool", &short_attention_usable);  // whether bertkit_attention runs its own kernel here
 }
 TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_mkl_linear", &mkl_linear);

@@ -381,6 +381,12 @@ def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
         pipeline("feature-extraction", model=tiny_model_dir, dtype=torch.bfloat16, compile=True)
 
 
+def _cpu_flags() -> set[str]:
+    from bertkit.device import _cpu_info
+
+    return _cpu_info()[0]
+
+
 def _wrapper_source(package) -> str:
     import zipfile
 
@@ -520,9 +526,8 @@ def test_without_the_gemm_ops_the_graphs_keep_onednn_and_say_so(tmp_path, monkey
         assert compiled_module.uses_attention_op("fp32", tmp_path) is False  # torch's SDPA
     said = ["compile: MKL's GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's",
             "compile: the AMX int8 GEMM op unavailable (no C++ compiler (c++ or g++, or $CXX)); the graph uses oneDNN's"]
-    if cpu_features().avx512:  # elsewhere the attention op is not asked for
-        said.append("compile: the attention op unavailable (no C++ compiler (c++ or g++, or $CXX)); "
-                    "the graph uses torch's SDPA")
+    said.append("compile: the attention op unavailable (no C++ compiler (c++ or g++, or $CXX)); "
+                "the graph uses torch's SDPA")
     assert [r.getMessage() for r in caplog.records] == said
 
 
@@ -637,7 +642,8 @@ def _attention_formula(q, k, v, segments, heads):
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
-    # Short inputs through bertkit's kernel (AVX-512; head dimensions a multiple of 16, up to 64 keys),
+    # Short inputs through bertkit's kernel (AVX-512, else AVX2; head dimensions a multiple of 16, of 8
+    # on AVX2, up to 64 keys; a head of 128 dimensions keeps K^T on the heap),
     # the rest through torch's SDPA inside the op: against the formula in float64, on (B, T, H) views
     # of one fused query/key/value projection as the graph holds them, with and without padding.
     from bertkit.kernels import graph_gemm
@@ -647,11 +653,11 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
 
     flags = _cpu_info()[0]  # the CPU itself, not an ISA cap (ONEDNN_MAX_CPU_ISA) that cpu_features honours
     if flags:
-        assert graph_gemm.short_attention(tmp_path / "ops") == ("avx512f" in flags)
+        assert graph_gemm.short_attention(tmp_path / "ops") == ("avx512f" in flags or {"avx2", "fma"} <= flags)
     torch.manual_seed(0)
     for batch, length, hidden, heads in [(1, 1, 64, 4), (1, 7, 64, 4), (2, 16, 32, 2), (1, 17, 384, 12),
                                          (3, 40, 384, 12), (2, 64, 768, 12), (1, 33, 256, 4),
-                                         (2, 65, 64, 4), (1, 130, 64, 2), (2, 20, 32, 4)]:
+                                         (2, 65, 64, 4), (1, 130, 64, 2), (2, 20, 32, 4), (2, 30, 256, 2)]:
         qkv = torch.randn(batch, length, 3 * hidden) * 2
         q, k, v = qkv.split(hidden, -1)
         kept = qkv.clone()
@@ -674,7 +680,8 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
-@pytest.mark.skipif(not cpu_features().avx512, reason="the graphs record bertkit's attention on CPUs with AVX-512")
+@pytest.mark.skipif(not cpu_features().avx512 and not {"avx2", "fma"} <= _cpu_flags(),
+                    reason="the graphs record bertkit's attention on CPUs with AVX-512 or AVX2")
 def test_the_fp32_graph_calls_the_attention_op_and_computes_what_sdpa_did(tiny_model_dir, cache, one_thread):
     # One call of the op's C function per layer; the model's numbers at lengths under and over the
     # op's own kernel's limit (64 keys); attention_op=False keeps SDPA and is another package.
