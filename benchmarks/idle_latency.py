@@ -3,6 +3,7 @@ latency grows with the idle time before it.
 
     python benchmarks/idle_latency.py            # ~2 min on 2 cores: MiniLM, bertkit and ONNX Runtime
     python benchmarks/idle_latency.py --all-engines --sizes minilm,base   # every engine (~12 min)
+    python benchmarks/idle_latency.py --engines bertkit-compiled_fp32,onnxruntime_fp32 --sizes minilm,base
 
 bench_engines.py --batch 1 alternates nine engines in one process, so each engine has rested a few
 hundred milliseconds before its call (the other eight ran meanwhile): the regime where bertkit's
@@ -103,6 +104,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="minilm", help="minilm and / or base (default minilm)")
     parser.add_argument("--all-engines", action="store_true",
                         help="every engine of bench_engines (OpenVINO, CTranslate2, bf16 too), not only bertkit and ONNX Runtime")
+    parser.add_argument("--engines", default=None,
+                        help="comma-separated engines of bench_engines (bertkit-compiled_fp32 among them), "
+                             "each with the default environment, instead of the usual set")
     parser.add_argument("--output", default=None, help="results folder (default benchmarks/results/<cpu class>)")
     args = parser.parse_args()
     import bench_common as C
@@ -111,6 +115,8 @@ def main() -> int:
     machine = C.machine_description()
     runs = RUNS + ([(e, {}) for e in E.ENGINES if e not in {r[0] for r in RUNS}] + [("bertkit_bf16", SPIN)]
                    if args.all_engines else [])
+    if args.engines:
+        runs = [(e, {}) for e in args.engines.split(",")]
     if not machine.get("bf16_supported"):
         runs = [r for r in runs if not r[0].endswith("bf16")]
     rows = []
