@@ -381,6 +381,15 @@ def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
         pipeline("feature-extraction", model=tiny_model_dir, dtype=torch.bfloat16, compile=True)
 
 
+def _assert_lone_inputs_give_the_eager_numbers(runner, model) -> None:
+    for length in (3, 8, 29, 64):
+        ids = torch.randint(1000, 5000, (1, length))
+        ones, zeros = torch.ones_like(ids), torch.zeros_like(ids)
+        with torch.inference_mode():
+            want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
+        torch.testing.assert_close(runner(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
+
+
 def _cpu_flags() -> set[str]:
     from bertkit.device import _cpu_info
 
@@ -471,12 +480,7 @@ def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cach
     runner = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
     assert runner.fma_gemm and not runner.mkl_gemm
     assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
-    for length in (3, 8, 29, 64):
-        ids = torch.randint(1000, 5000, (1, length))
-        ones, zeros = torch.ones_like(ids), torch.zeros_like(ids)
-        with torch.inference_mode():
-            want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
-        torch.testing.assert_close(runner(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
+    _assert_lone_inputs_give_the_eager_numbers(runner, model)
     monkeypatch.setattr(graph_gemm, "fma_applies", lambda: False)
     plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
     assert not plain.fma_gemm and plain.path != runner.path
@@ -496,12 +500,7 @@ def test_the_fp32_graph_calls_mkls_gemm_where_the_options_take_it(tiny_model_dir
     calls = _wrapper_source(runner.path).count(f"{graph_gemm.SHIM}(")
     layers = model.config.num_hidden_layers
     assert calls == 1 + 4 * layers  # its declaration, then query/key/value, output, intermediate, output per layer
-    for length in (3, 8, 29, 64):
-        ids = torch.randint(1000, 5000, (1, length))
-        ones, zeros = torch.ones_like(ids), torch.zeros_like(ids)
-        with torch.inference_mode():
-            want = model(input_ids=ids, attention_mask=ones, token_type_ids=zeros).last_hidden_state
-        torch.testing.assert_close(runner(ids, ones, zeros)[0], want, atol=1e-4, rtol=1e-4)
+    _assert_lone_inputs_give_the_eager_numbers(runner, model)
     off = BertModel.from_pretrained(tiny_model_dir, kernels=KernelOptions().replace(mkl_rows=0)).eval()
     assert not graph_gemm.applies(off)
     plain = compiled_module.CompiledLoneInput(off, ("last_hidden_state",), 64)
