@@ -14,7 +14,8 @@ packaged as a `.pt2` file. At fp32, where the model's options take MKL for calls
 (`mkl_rows`, Intel CPUs with AMX / AVX512_BF16), the encoder's Linears are recorded as bertkit's
 MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs); on CPUs
 whose widest vector unit is AVX2, bertkit's AVX2 / FMA GEMM op (`fma_gemm`: 1.2-1.3x oneDNN's GEMMs
-at 8-64 rows); at fp32 and int8 on CPUs with AVX-512 or AVX2, the attention of up to 64 tokens is
+at 8-64 rows), which with the attention op runs on the ops' own threads, inductor's loops on the
+calling thread (no OpenMP region waits for a sleeping worker: graph_gemm.cpp, Team); at fp32 and int8 on CPUs with AVX-512 or AVX2, the attention of up to 64 tokens is
 bertkit's attention op rather than torch's flash attention (the same module; `attention_op`). At bf16 the
 model is recorded under bf16 autocast, so the graph holds the eager bf16 path's casts (weights
 folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
@@ -190,6 +191,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              # the ops' library (its name holds its source's hash): a package calls its C functions
              "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
              "attention": "bertkit op" if attention_op else "sdpa",
+             "loops": "calling thread" if fma_gemm and attention_op else "openmp",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              # ... and the code they run: a change to bertkit's source within a version is another graph
@@ -307,7 +309,11 @@ class CompiledLoneInput:
                                           fma=self.fma_gemm) \
                 if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
-            with torch.no_grad(), inductor_config.patch(freezing=True), recording:
+            # With the AVX2 op every GEMM and attention runs on the ops' own threads, which never wait
+            # for a sleeping one (graph_gemm.cpp, Team); inductor's loops stay on the calling thread
+            # rather than wake libgomp's team (whose first region after a rest waits for its worker).
+            loops = {"cpp.threads": 1} if self.fma_gemm and self.attention_op else {}
+            with torch.no_grad(), inductor_config.patch(freezing=True, **loops), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=dynamic)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
                     package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(work) / "model.pt2"))

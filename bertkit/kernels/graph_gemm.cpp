@@ -18,13 +18,18 @@
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <cpuid.h>
 #include <immintrin.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <utility>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -125,6 +130,127 @@ at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   return y.view(sizes);
 }
 
+// ---- the avx2 graph's own threads: a caller never waits for a worker that has not started
+//
+// at::parallel_for (libgomp) splits a region evenly and waits at its end for every thread. A worker
+// asleep after a rest (libgomp spins ~10 ms after a region, then sleeps) wakes in tens of
+// microseconds to milliseconds on a VM's vCPU, and with another process's threads spinning beside
+// it may not run at all for a while: the first regions of a lone request wait for it (on an AMD
+// EPYC Zen 3 one MiniLM input took 8.8 ms back to back, 16.9 after 0.2 s of rest). Here the caller
+// and the workers claim a job's items one at a time; a worker still asleep claims none and the
+// caller waits only for items already claimed, so a late worker costs at most its share of the
+// time until it arrives (ONNX Runtime's pool does the same). A job is one word: the job's number
+// (high 32 bits) and the items left (low 32); a worker reads the job's body only after claiming an
+// item of it, which the caller outlives.
+class Team {
+ public:
+  static Team& instance() {
+    static const bool once = [] {  // a forked child has none of the workers (nor maybe the locks): a new team
+      pthread_atfork(nullptr, nullptr, [] { current_ = new Team(); });
+      current_ = new Team();
+      return true;
+    }();
+    (void)once;
+    return *current_;  // never destroyed: its workers sleep until the process ends
+  }
+
+  // body(item) for each item in [0, count), on the calling thread and up to at::get_num_threads() - 1 workers.
+  template <class Body>
+  void run(int64_t count, const Body& body) {
+    const int threads = at::get_num_threads();
+    std::unique_lock<std::mutex> caller(caller_lock_, std::try_to_lock);  // another caller meanwhile: run alone
+    if (count <= 1 || threads <= 1 || !caller.owns_lock() || count > int64_t{kLeft}) {
+      for (int64_t item = 0; item < count; ++item) body(item);
+      return;
+    }
+    start_workers(threads - 1);
+    call_ = [](const void* body, int64_t item) { (*static_cast<const Body*>(body))(item); };
+    body_ = &body;
+    count_ = count;
+    done_.store(0, std::memory_order_relaxed);
+    const uint64_t job = ((claim_.load(std::memory_order_relaxed) >> 32) + 1) & kLeft;
+    claim_.store(job << 32 | static_cast<uint64_t>(count));  // seq_cst, against sleeping_ (see worker)
+    if (sleeping_.load() > 0) {
+      std::lock_guard<std::mutex> lock(sleep_lock_);
+      wake_.notify_all();
+    }
+    work();
+    // The items still running are a worker's: yield while waiting, in case the scheduler put that
+    // worker on this thread's CPU (a woken thread often lands beside its waker), else spinning here
+    // would keep it off the CPU for a time slice.
+    for (int spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) {
+      if (spins < kWaitSpins) _mm_pause();
+      else std::this_thread::yield();
+    }
+  }
+
+ private:
+  static constexpr uint64_t kLeft = 0xffffffffu;
+  static constexpr auto kSpin = std::chrono::milliseconds(5);  // a worker's spin after its last item
+  static constexpr int kWaitSpins = 256;  // the caller's pauses before it yields (~10 µs)
+
+  using Call = void (*)(const void*, int64_t);
+
+  void start_workers(int wanted) {
+    active_.store(wanted, std::memory_order_relaxed);  // fewer threads than before: the rest stay idle
+    while (started_ < wanted) std::thread(&Team::worker, this, started_++).detach();
+  }
+
+  // Claims items until none is left; counts them done once at the end (one atomic add a thread).
+  bool work() {
+    int64_t did = 0;
+    uint64_t word = claim_.load(std::memory_order_acquire);
+    while ((word & kLeft) != 0) {
+      if (!claim_.compare_exchange_weak(word, word - 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      call_(body_, count_ - static_cast<int64_t>(word & kLeft));
+      ++did;
+      word = claim_.load(std::memory_order_acquire);
+    }
+    if (did > 0) done_.fetch_add(did, std::memory_order_release);
+    return did > 0;
+  }
+
+  bool job_waiting(int index) const {
+    return (claim_.load() & kLeft) != 0 && index < active_.load(std::memory_order_relaxed);
+  }
+
+  void worker(int index) {
+    pthread_setname_np(pthread_self(), "bertkit-ops");  // as `top -H` and /proc/PID/task/*/comm show it
+    auto last = std::chrono::steady_clock::now();
+    for (;;) {
+      if (index < active_.load(std::memory_order_relaxed) && work()) {
+        last = std::chrono::steady_clock::now();
+        continue;
+      }
+      if (std::chrono::steady_clock::now() - last < kSpin) {
+        for (int i = 0; i < 16; ++i) _mm_pause();
+        std::this_thread::yield();  // a caller that shares this CPU runs first
+        continue;
+      }
+      // sleeping_ up, then the job word read (seq_cst both, as the caller's store then load): either
+      // this sees the caller's job or the caller sees this sleeper and wakes it
+      std::unique_lock<std::mutex> lock(sleep_lock_);
+      sleeping_.fetch_add(1);
+      wake_.wait(lock, [&] { return job_waiting(index); });
+      sleeping_.fetch_sub(1);
+      lock.unlock();
+      last = std::chrono::steady_clock::now();
+    }
+  }
+
+  static inline Team* current_ = nullptr;
+  std::mutex caller_lock_, sleep_lock_;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int64_t> done_{0};
+  std::atomic<int> sleeping_{0}, active_{0};
+  int started_ = 0;  // under caller_lock_
+  Call call_ = nullptr;
+  const void* body_ = nullptr;
+  int64_t count_ = 0;
+};
+
 // ---- fp32: bertkit's own AVX2 / FMA GEMM
 //
 // For CPUs whose best vector unit is AVX2 (no AVX-512): at the row counts of one request oneDNN's
@@ -216,18 +342,15 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   auto pack = pack_for<float>(fma_packs, fma_lock, weight, fma_pack);
   const float *a = input.data_ptr<float>(), *b = pack.data_ptr<float>();
   float* c = y.data_ptr<float>();
-  // Each thread takes whole panels (its share of the weight read once); the rows go by in chunks
-  // that stay in L2 while the panels pass.
-  at::parallel_for(0, panels, 1, [&](int64_t first, int64_t last) {
-    for (int64_t chunk = 0; chunk < m; chunk += kRowChunk) {
-      int64_t chunk_end = std::min(m, chunk + kRowChunk);
-      for (int64_t p = first; p < last; ++p) {
-        int64_t column = p * kPanel, columns = std::min(kPanel, n - column);
-        for (int64_t r = chunk; r < chunk_end; r += kFmaRows) {
-          int64_t rows = std::min(kFmaRows, chunk_end - r);
-          kFmaKernels[rows - 1](a + r * k, k, b + p * k * kPanel, k, biases.data() + column, c + r * n + column, n, columns);
-        }
-      }
+  // An item is one panel times one chunk of rows (chunks that stay in L2 while the panels pass),
+  // claimed one at a time by the team's threads (Team: no thread waits for a sleeping one).
+  const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
+  Team::instance().run(chunks * panels, [&](int64_t item) {
+    int64_t chunk = item / panels * kRowChunk, chunk_end = std::min(m, chunk + kRowChunk), p = item % panels;
+    int64_t column = p * kPanel, columns = std::min(kPanel, n - column);
+    for (int64_t r = chunk; r < chunk_end; r += kFmaRows) {
+      int64_t rows = std::min(kFmaRows, chunk_end - r);
+      kFmaKernels[rows - 1](a + r * k, k, b + p * k * kPanel, k, biases.data() + column, c + r * n + column, n, columns);
     }
   });
   return y.view(sizes);
@@ -749,16 +872,22 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   float* od = out.data_ptr<float>();
   auto kernels = std::make_integer_sequence<int, kShortKeys / 16>{};
   auto kernels8 = std::make_integer_sequence<int, kShortKeys / 8>{};
-  at::parallel_for(0, static_cast<int64_t>(short_ones.size()) * heads, 1, [&](int64_t first, int64_t last) {
-    for (int64_t item = first; item < last; ++item) {
-      const Segment& g = short_ones[item / heads];
-      int64_t a = item % heads;
-      HeadProblem p{qd + g.row * q.stride(0) + g.start * q.stride(1) + a * d,
-                    kd + g.row * k.stride(0) + g.start * k.stride(1) + a * d,
-                    vd + g.row * v.stride(0) + g.start * v.stride(1) + a * d, q.stride(1), k.stride(1), v.stride(1), h,
-                    g.length, d, key_bias(g.length), scale, od + (g.row * t + g.start) * h + a * d};
-      (wide ? head_kernel((g.length + 15) / 16, kernels) : head_kernel8((g.length + 7) / 8, kernels8))(p);
-    }
+  auto one_head = [&](int64_t item) {  // item: a sequence's head
+    const Segment& g = short_ones[item / heads];
+    int64_t a = item % heads;
+    HeadProblem p{qd + g.row * q.stride(0) + g.start * q.stride(1) + a * d,
+                  kd + g.row * k.stride(0) + g.start * k.stride(1) + a * d,
+                  vd + g.row * v.stride(0) + g.start * v.stride(1) + a * d, q.stride(1), k.stride(1), v.stride(1), h,
+                  g.length, d, key_bias(g.length), scale, od + (g.row * t + g.start) * h + a * d};
+    (wide ? head_kernel((g.length + 15) / 16, kernels) : head_kernel8((g.length + 7) / 8, kernels8))(p);
+  };
+  const int64_t items = static_cast<int64_t>(short_ones.size()) * heads;
+  if (!wide) {  // the avx2 graph: every op of it on the Team (its loops run alone: compiled.py)
+    Team::instance().run(items, one_head);
+    return out;
+  }
+  at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) one_head(item);
   });
   return out;
 }

@@ -4,6 +4,7 @@ cache, a new one when the weights change; what compile cannot run is refused in 
 
 import os
 import shutil
+import threading
 from pathlib import Path
 import time
 
@@ -396,12 +397,12 @@ def _cpu_flags() -> set[str]:
     return _cpu_info()[0]
 
 
-def _wrapper_source(package) -> str:
+def _wrapper_source(package, ending: str = "wrapper.cpp") -> str:
     import zipfile
 
     with zipfile.ZipFile(package) as archive:
         return "".join(archive.read(name).decode(errors="replace") for name in archive.namelist()
-                       if name.endswith("wrapper.cpp"))
+                       if name.endswith(ending))
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
@@ -467,6 +468,63 @@ def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(t
                                atol=1e-5, rtol=1e-5)
 
 
+def test_the_avx2_ops_share_their_work_on_threads_of_their_own(tmp_path):
+    # The AVX2 GEMM and attention run on the ops' own team (graph_gemm.cpp, Team): any number of
+    # threads (more than the cores, fewer than before, one) gives the formula's numbers call after call;
+    # callers on several Python threads at once each get their own; a forked child, which has none of
+    # the parent's workers, still computes. The workers are named for `top -H`.
+    from bertkit.kernels import graph_gemm
+
+    if not graph_gemm.fma_usable(tmp_path / "ops"):
+        pytest.skip("this CPU has no AVX2 / FMA")
+    before = torch.get_num_threads()
+    torch.manual_seed(0)
+    try:
+        for threads in (2, 4, 3, 1, 2):
+            torch.set_num_threads(threads)
+            for out, inputs, rows in [(384, 384, 1), (1536, 384, 36), (37, 19, 97), (64, 1536, 300)]:
+                weight, bias, x = torch.randn(out, inputs), torch.randn(out), torch.randn(rows, inputs)
+                want = x.double() @ weight.double().T + bias.double()
+                scale = want.abs().max().item() + 1
+                for _ in range(30):
+                    got = torch.ops.bertkit.bertkit_fma_linear(x, weight, bias).double()
+                    assert (got - want).abs().max().item() < 2e-6 * scale
+            qkv = torch.randn(2, 40, 3 * 384)
+            q, k, v = qkv.split(384, -1)
+            segments = torch.tensor([[1] * 25 + [2] * 15, [1] * 33 + [0] * 7])
+            torch.testing.assert_close(torch.ops.bertkit.bertkit_attention(q, k, v, segments, 12).double(),
+                                       _attention_formula(q, k, v, segments, 12), atol=2e-5, rtol=1e-5)
+        names = [path.read_text().strip() for path in Path("/proc/self/task").glob("*/comm")]
+        assert names.count("bertkit-ops") == 3  # four threads at most: the caller and three workers
+
+        torch.set_num_threads(2)
+        weights = [torch.randn(384, 384) for _ in range(3)]
+        wrong = []
+
+        def caller(weight):
+            for _ in range(100):
+                x = torch.randn(36, 384)
+                if not torch.allclose(torch.ops.bertkit.bertkit_fma_linear(x, weight, None), x @ weight.T, atol=1e-4):
+                    wrong.append(1)
+        callers = [threading.Thread(target=caller, args=(w,)) for w in weights]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+        assert not wrong
+
+        x, weight = torch.randn(36, 384), torch.randn(384, 384)
+        want = x.numpy() @ weight.numpy().T
+        torch.ops.bertkit.bertkit_fma_linear(x, weight, None)  # packed here: packing runs torch's OpenMP ops
+        pid = os.fork()
+        if pid == 0:  # only the op and numpy here: libgomp itself is not safe to use after a fork
+            got = torch.ops.bertkit.bertkit_fma_linear(x, weight, None).numpy()
+            os._exit(0 if np.allclose(got, want, atol=1e-4) else 3)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cache, monkeypatch, one_thread):
     # Where AVX2 is the widest vector unit the fp32 graph's encoder Linears are the AVX2 op (forced
@@ -475,16 +533,23 @@ def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cach
 
     if not graph_gemm.fma_usable(cache / "ops"):
         pytest.skip("this CPU has no AVX2 / FMA")
+    # Compiled for two threads: the graph's own loops stay on the calling thread with the op (its
+    # GEMMs and attention on the ops' team), OpenMP loops without it.
     model = BertModel.from_pretrained(tiny_model_dir, kernels=KernelOptions().replace(mkl_rows=0)).eval()
     monkeypatch.setattr(graph_gemm, "fma_applies", lambda: True)
+    torch.set_num_threads(2)
     runner = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
     assert runner.fma_gemm and not runner.mkl_gemm
     assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
     _assert_lone_inputs_give_the_eager_numbers(runner, model)
     monkeypatch.setattr(graph_gemm, "fma_applies", lambda: False)
     plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
+    torch.set_num_threads(1)
     assert not plain.fma_gemm and plain.path != runner.path
     assert f"{graph_gemm.FMA_SHIM}(" not in _wrapper_source(plain.path)
+    if runner.attention_op:
+        assert "#pragma omp" not in _wrapper_source(runner.path, "kernel.cpp")
+        assert "#pragma omp" in _wrapper_source(plain.path, "kernel.cpp")
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="this torch has no MKL (the op calls its packed GEMM)")
