@@ -15,8 +15,8 @@ packaged as a `.pt2` file. At fp32, where the model's options take MKL for calls
 MKL op instead (kernels/graph_gemm.py: 1.07-1.16x on all-MiniLM-L6-v2's lone inputs); on CPUs
 whose widest vector unit is AVX2, bertkit's AVX2 / FMA GEMM op (`fma_gemm`: 1.2-1.3x oneDNN's GEMMs
 at 8-64 rows), which with the attention op runs on the ops' own threads, inductor's loops on the
-calling thread (no OpenMP region waits for a sleeping worker: graph_gemm.cpp, Team); at fp32 and int8 on CPUs with AVX-512 or AVX2, the attention of up to 64 tokens is
-bertkit's attention op rather than torch's flash attention (the same module; `attention_op`). At bf16 the
+calling thread (no OpenMP region waits for a sleeping worker: graph_gemm.cpp, Team); at fp32 and
+int8 on CPUs with AVX-512 or AVX2, the attention of up to 64 tokens is bertkit's attention op rather than torch's flash attention (the same module; `attention_op`). At bf16 the
 model is recorded under bf16 autocast, so the graph holds the eager bf16 path's casts (weights
 folded to bf16, AMX / AVX512_BF16 GEMMs). The engine pads
 inputs to its length buckets (a lone one to a multiple of 8), as the eager path, so the GEMMs meet
