@@ -70,13 +70,13 @@ import torch
 from ..device import cpu_features
 from ..errors import BertkitError
 from ..kernels import graph_gemm
+from ..kernels.graph_gemm import CACHE_ENV, cache_dir
 from ..kernels.int8 import Int8Linear, int8_for_graph
 from ..version import __version__
 from .export import _Exported
 
 log = logging.getLogger("bertkit")
 
-CACHE_ENV = "BERTKIT_COMPILE_CACHE"
 CACHE_LIMIT_ENV = "BERTKIT_COMPILE_CACHE_GB"
 # Packages hold their model's weights (all-MiniLM-L6-v2 ~60-90 MB, BERT-base ~0.45 GB) and every new
 # model, precision, thread count or bertkit version adds one: past this size the least recently
@@ -167,13 +167,6 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
         scaled = AMX_INT8_BATCH_LIMIT * AMX_INT8_WIDTH // hidden_size
         return min(AMX_INT8_BATCH_LIMIT, max(BATCH_LIMIT["int8"], scaled))
     return BATCH_LIMIT[precision]
-
-
-def cache_dir() -> Path:
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "bertkit" / "compiled"
 
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",

@@ -27,7 +27,7 @@ from torch import nn
 from ..kernels import ATTENTION_KERNELS, Linear, Padded, packed
 from ..kernels.int8 import Int8Linear, Int8QKV
 from ..kernels.options import exporting
-from ..kernels.packed import packed_dtype, packed_weights
+from ..kernels.packed import packed_dtype, packed_weights, packing_mode
 from ..model import BertEncoder, BertIntermediate, BertLayer
 
 # Per FrozenEncoder, held beside it (as kernels/packed.py holds its packs): its flat loop per dtype
@@ -70,6 +70,15 @@ def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dty
     return lambda x: linear(x.to(dtype), pack, bias, "none", [], "")
 
 
+def _bertkit_gemm(pack: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool = False):
+    """x -> x @ W.T + b through bertkit's AVX2 op from W's pack (packed_weights "bertkit":
+    kernels/packed.py), the exact GELU in place after it with `gelu`."""
+    gemm, n = torch.ops.bertkit.bertkit_fma_linear_packed, weight.shape[0]  # graph_gemm.eager_linear
+    if gelu:
+        return lambda x: torch.ops.aten.gelu_(gemm(x, pack, n, bias))  # in place: the GEMM's own output
+    return lambda x: gemm(x, pack, n, bias)
+
+
 def _few_rows_gemm(holder: nn.Module, weights: tuple, biases: tuple, gelu: bool, rows: int, otherwise):
     """`otherwise` (the oneDNN pack's GEMM), but calls of at most `rows` rows through MKL's pack, as
     kernels/packed.py's packed_linear does (KernelOptions.mkl_rows, scaled to the layer's width);
@@ -93,9 +102,14 @@ def _fp32_step(layer: BertLayer, dtype: torch.dtype) -> tuple:
     sa, ao, im, out = layer.attention.self, layer.attention.output, layer.intermediate.dense, layer.output
     options = sa.kernels
     qkv = (sa.query, sa.key, sa.value)
-    pack, _, bias = packed_weights(sa.query, options.packed_weights, tuple(m.weight for m in qkv),
-                                   tuple(m.bias for m in qkv), dtype)
-    gemms = [packed_weights(m, options.packed_weights, (m.weight,), (m.bias,), dtype) for m in (ao.dense, im, out.dense)]
+    mode = packing_mode(options)
+    pack, weight, bias = packed_weights(sa.query, mode, tuple(m.weight for m in qkv), tuple(m.bias for m in qkv), dtype)
+    gemms = [packed_weights(m, mode, (m.weight,), (m.bias,), dtype) for m in (ao.dense, im, out.dense)]
+    if mode == "bertkit":
+        (o, o_w, o_b), (i, i_w, i_b), (f, f_w, f_b) = gemms
+        fused, output, intermediate, last = (_bertkit_gemm(pack, weight, bias), _bertkit_gemm(o, o_w, o_b),
+                                             _bertkit_gemm(i, i_w, i_b, gelu=True), _bertkit_gemm(f, f_w, f_b))
+        return lambda x: fused(x).chunk(3, -1), output, intermediate, last
     (o, _, o_b), (i, _, i_b), (f, _, f_b) = gemms
     steps = [_packed_gemm(pack, bias, dtype), _packed_gemm(o, o_b, dtype),
              _packed_gemm(i, i_b, dtype, "post-op" if options.fused_gelu else "after"), _packed_gemm(f, f_b, dtype)]
@@ -180,7 +194,7 @@ class FrozenEncoder(BertEncoder):
         if type(self.layer[0].attention.self.query) is Int8QKV:
             cpu_fp32 = x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
             return "int8" if cpu_fp32 and not exporting() else None
-        if options.packed_weights != "onednn" or not options.fused_qkv:
+        if packing_mode(options) not in ("onednn", "bertkit") or not options.fused_qkv:
             return None
         return packed_dtype(x, options)
 

@@ -251,6 +251,23 @@ class Team {
   int64_t count_ = 0;
 };
 
+// Where an op's items run: on the Team (a compiled graph's ops, whose own loops run on the calling
+// thread) or on torch's OpenMP threads (an eager model's, whose other ops run on those: the Team's
+// workers spinning beside libgomp's would share the same cores; all-MiniLM-L6-v2 batches of 32 ran
+// 0.92x oneDNN's GEMMs on the Team, 1.13x on torch's threads, AMD EPYC Zen 3).
+enum class Threads { team, torch };
+
+template <class Body>
+void run_items(Threads threads, int64_t count, const Body& body) {
+  if (threads == Threads::team) {
+    Team::instance().run(count, body);
+    return;
+  }
+  at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
+    for (int64_t item = first; item < last; ++item) body(item);
+  });
+}
+
 // ---- fp32: bertkit's own AVX2 / FMA GEMM
 //
 // For CPUs whose best vector unit is AVX2 (no AVX-512): at the row counts of one request oneDNN's
@@ -321,14 +338,12 @@ using FmaKernel = void (*)(const float*, int64_t, const float*, int64_t, const f
 constexpr FmaKernel kFmaKernels[kFmaRows] = {&fma_rows<1>, &fma_rows<2>, &fma_rows<3>,
                                              &fma_rows<4>, &fma_rows<5>, &fma_rows<6>};
 
-at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.device().is_cpu(),
-              "bertkit_fma_linear takes fp32 CPU tensors");
-  TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "bertkit_fma_linear: shapes do not match");
-  // Packs are kept per weight address, which a graph's constants hold; anything else takes torch's GEMM.
-  if (!fma_usable() || !weight.is_contiguous() || weight.numel() == 0) return at::linear(x, weight, bias);
+// x (..., K) times a pack of an (N, K) weight (fma_pack) plus bias -> (..., N), the items on `threads`.
+at::Tensor fma_compute(Threads threads, const at::Tensor& x, const at::Tensor& pack, int64_t n,
+                       const std::optional<at::Tensor>& bias) {
   auto input = x.contiguous();
-  int64_t k = weight.size(1), n = weight.size(0), m = input.numel() / k, panels = padded(n, kPanel) / kPanel;
+  int64_t k = input.size(-1), m = input.numel() / std::max<int64_t>(k, 1), panels = padded(n, kPanel) / kPanel;
+  TORCH_CHECK(pack.numel() == panels * kPanel * k, "bertkit_fma_linear: the pack is not of an (", n, ", ", k, ") weight");
   auto sizes = input.sizes().vec();
   sizes.back() = n;
   auto y = at::empty({m, n}, input.options());
@@ -339,13 +354,12 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& weight, const std::
     auto values = bias->to(at::kFloat).contiguous();
     std::memcpy(biases.data(), values.data_ptr<float>(), n * sizeof(float));
   }
-  auto pack = pack_for<float>(fma_packs, fma_lock, weight, fma_pack);
   const float *a = input.data_ptr<float>(), *b = pack.data_ptr<float>();
   float* c = y.data_ptr<float>();
   // An item is one panel times one chunk of rows (chunks that stay in L2 while the panels pass),
   // claimed one at a time by the team's threads (Team: no thread waits for a sleeping one).
   const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
-  Team::instance().run(chunks * panels, [&](int64_t item) {
+  run_items(threads, chunks * panels, [&](int64_t item) {
     int64_t chunk = item / panels * kRowChunk, chunk_end = std::min(m, chunk + kRowChunk), p = item % panels;
     int64_t column = p * kPanel, columns = std::min(kPanel, n - column);
     for (int64_t r = chunk; r < chunk_end; r += kFmaRows) {
@@ -354,6 +368,34 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& weight, const std::
     }
   });
   return y.view(sizes);
+}
+
+void check_fma_operands(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.device().is_cpu() &&
+              weight.device().is_cpu(), "bertkit_fma_linear takes fp32 CPU tensors");
+}
+
+// The graph's op: the weight packed on its first call, kept by the weight's address (which a
+// graph's constants hold); the items on the Team.
+at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  check_fma_operands(x, weight);
+  TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "bertkit_fma_linear: shapes do not match");
+  if (!fma_usable() || !weight.is_contiguous() || weight.numel() == 0) return at::linear(x, weight, bias);
+  return fma_compute(Threads::team, x, pack_for<float>(fma_packs, fma_lock, weight, fma_pack), weight.size(0), bias);
+}
+
+// An eager model's: the pack made by bertkit_fma_pack and held by the caller (freed with the weight
+// it was made from: kernels/packed.py), the items on torch's threads.
+at::Tensor fma_pack_weight(const at::Tensor& weight) {
+  TORCH_CHECK(weight.scalar_type() == at::kFloat && weight.dim() == 2 && weight.device().is_cpu(),
+              "bertkit_fma_pack takes an fp32 (N, K) CPU weight");
+  return fma_pack(weight.contiguous());
+}
+
+at::Tensor fma_linear_packed(const at::Tensor& x, const at::Tensor& pack, int64_t n, const std::optional<at::Tensor>& bias) {
+  check_fma_operands(x, pack);
+  TORCH_CHECK(fma_usable(), "bertkit_fma_linear_packed needs a CPU with AVX2 and FMA");
+  return fma_compute(Threads::torch, x, pack, n, bias);
 }
 
 // ---- int8 on AMX tiles
@@ -789,6 +831,84 @@ HeadKernel head_kernel8(int64_t chunks, std::integer_sequence<int, Cs...>) {
   return kernels[chunks - 1];
 }
 
+// Longer sequences on AVX2 (up to kLongKeys keys; torch's CPU flash attention took ~5x the
+// arithmetic's time on batches of 16-128 tokens, AMD EPYC Zen 3): the scores no longer fit in
+// registers, so a head's K^T (d x keys) and four query rows' scores live in a per-thread buffer
+// (L1 / L2). For each block of 16 keys, four rows' sums (8 registers) over the head's dimensions;
+// then each row's softmax in place; then the context as the short kernel makes it.
+constexpr int64_t kLongKeys = 512, kLongRows = 4, kKeyBlock = 16;
+
+__attribute__((target("avx2,fma"))) void attend_head8_long(const HeadProblem& p) {
+  const int64_t lp = padded(p.t, kKeyBlock), d = p.d;
+  thread_local std::vector<float> buffer;
+  const size_t need = static_cast<size_t>(d * lp + kLongRows * lp + kLongRows * d + 8);
+  if (buffer.size() < need) buffer.resize(need);
+  float* kt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 31) & ~uintptr_t(31));
+  float* probs = kt + d * lp;          // (kLongRows, lp); lp a multiple of 16 keeps it 32-byte aligned
+  float* scaled = probs + kLongRows * lp;  // (kLongRows, d): the query rows times the scale
+  for (int64_t j = 0; j < lp; ++j)
+    for (int64_t e = 0; e < d; ++e) kt[e * lp + j] = j < p.t ? p.k[j * p.k_stride + e] : 0.0f;
+  for (int64_t i = 0; i < p.t; i += kLongRows) {
+    const int64_t rows = std::min(kLongRows, p.t - i);
+    for (int64_t r = 0; r < kLongRows; ++r) {
+      const float* q = p.q + std::min(i + r, p.t - 1) * p.q_stride;
+      for (int64_t e = 0; e < d; ++e) scaled[r * d + e] = q[e] * p.scale;
+    }
+    for (int64_t c = 0; c < lp; c += kKeyBlock) {  // scores: 4 rows x 16 keys in 8 registers
+      __m256 s00 = _mm256_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+      const float* column = kt + c;
+      _Pragma("GCC unroll 4") for (int64_t e = 0; e < d; ++e, column += lp) {
+        const __m256 k0 = _mm256_load_ps(column), k1 = _mm256_load_ps(column + 8);
+        __m256 a = _mm256_broadcast_ss(scaled + e);
+        s00 = _mm256_fmadd_ps(a, k0, s00); s01 = _mm256_fmadd_ps(a, k1, s01);
+        a = _mm256_broadcast_ss(scaled + d + e);
+        s10 = _mm256_fmadd_ps(a, k0, s10); s11 = _mm256_fmadd_ps(a, k1, s11);
+        a = _mm256_broadcast_ss(scaled + 2 * d + e);
+        s20 = _mm256_fmadd_ps(a, k0, s20); s21 = _mm256_fmadd_ps(a, k1, s21);
+        a = _mm256_broadcast_ss(scaled + 3 * d + e);
+        s30 = _mm256_fmadd_ps(a, k0, s30); s31 = _mm256_fmadd_ps(a, k1, s31);
+      }
+      _mm256_store_ps(probs + c, s00); _mm256_store_ps(probs + c + 8, s01);
+      _mm256_store_ps(probs + lp + c, s10); _mm256_store_ps(probs + lp + c + 8, s11);
+      _mm256_store_ps(probs + 2 * lp + c, s20); _mm256_store_ps(probs + 2 * lp + c + 8, s21);
+      _mm256_store_ps(probs + 3 * lp + c, s30); _mm256_store_ps(probs + 3 * lp + c + 8, s31);
+    }
+    for (int64_t r = 0; r < rows; ++r) {  // softmax over the row's keys (none past the last)
+      float* row = probs + r * lp;
+      for (int64_t j = p.t; j < lp; ++j) row[j] = -INFINITY;
+      __m256 m = _mm256_set1_ps(-INFINITY);
+      for (int64_t j = 0; j < lp; j += 8) m = _mm256_max_ps(m, _mm256_load_ps(row + j));
+      const __m256 top = _mm256_set1_ps(reduce_max8(m));
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t j = 0; j < lp; j += 8) {
+        const __m256 e = exp_nonpositive8(_mm256_sub_ps(_mm256_load_ps(row + j), top));
+        _mm256_store_ps(row + j, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      const __m256 inverse = _mm256_set1_ps(1.0f / reduce_add8(sum));  // the top key gives e^0 = 1
+      for (int64_t j = 0; j < lp; j += 8) _mm256_store_ps(row + j, _mm256_mul_ps(_mm256_load_ps(row + j), inverse));
+    }
+    for (int64_t e = 0; e < d; e += 8) {  // context: the probabilities times v, 8 dimensions at a time
+      __m256 even[kLongRows], odd[kLongRows];
+      _Pragma("GCC unroll 4") for (int r = 0; r < kLongRows; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+      int64_t j = 0;
+      for (; j + 1 < p.t; j += 2) {
+        __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e), vb = _mm256_loadu_ps(p.v + (j + 1) * p.v_stride + e);
+        _Pragma("GCC unroll 4") for (int r = 0; r < kLongRows; ++r) {
+          even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * lp + j), va, even[r]);
+          odd[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * lp + j + 1), vb, odd[r]);
+        }
+      }
+      if (j < p.t) {
+        __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e);
+        _Pragma("GCC unroll 4") for (int r = 0; r < kLongRows; ++r)
+          even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * lp + j), va, even[r]);
+      }
+      for (int64_t r = 0; r < rows; ++r) _mm256_storeu_ps(p.out + (i + r) * p.out_stride + e, _mm256_add_ps(even[r], odd[r]));
+    }
+  }
+}
+
 bool avx2_attention_usable() {
   static const bool usable = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return usable;
@@ -838,8 +958,8 @@ const float* key_bias(int64_t length) {
 // A sequence of up to kShortKeys tokens runs this file's kernel (AVX-512, else AVX2), a longer one
 // (or a CPU with neither, or a head size not a multiple of the vector width) torch's attention on
 // its rows alone.
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
-                     int64_t heads) {
+at::Tensor attention_on(Threads threads, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& mask, int64_t heads) {
   TORCH_CHECK(heads > 0 && q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
               "bertkit_attention: (B, T, H) query, key and value of one shape");
   int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = h / heads;
@@ -855,7 +975,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                 out.element_size() * g.length * h);
   std::vector<Segment> short_ones;
   for (const Segment& g : segments) {
-    if (kernel_fits && g.length <= kShortKeys) {
+    if (kernel_fits && (g.length <= kShortKeys || (!wide && g.length <= kLongKeys))) {
       short_ones.push_back(g);
       continue;
     }
@@ -878,18 +998,30 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     HeadProblem p{qd + g.row * q.stride(0) + g.start * q.stride(1) + a * d,
                   kd + g.row * k.stride(0) + g.start * k.stride(1) + a * d,
                   vd + g.row * v.stride(0) + g.start * v.stride(1) + a * d, q.stride(1), k.stride(1), v.stride(1), h,
-                  g.length, d, key_bias(g.length), scale, od + (g.row * t + g.start) * h + a * d};
-    (wide ? head_kernel((g.length + 15) / 16, kernels) : head_kernel8((g.length + 7) / 8, kernels8))(p);
+                  g.length, d, key_bias(std::min(g.length, kShortKeys)), scale, od + (g.row * t + g.start) * h + a * d};
+    if (wide) head_kernel((g.length + 15) / 16, kernels)(p);
+    else if (g.length <= kShortKeys) head_kernel8((g.length + 7) / 8, kernels8)(p);
+    else attend_head8_long(p);
   };
   const int64_t items = static_cast<int64_t>(short_ones.size()) * heads;
   if (!wide) {  // the avx2 graph: every op of it on the Team (its loops run alone: compiled.py)
-    Team::instance().run(items, one_head);
+    run_items(threads, items, one_head);
     return out;
   }
   at::parallel_for(0, items, 1, [&](int64_t first, int64_t last) {
     for (int64_t item = first; item < last; ++item) one_head(item);
   });
   return out;
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                     int64_t heads) {
+  return attention_on(Threads::team, q, k, v, mask, heads);
+}
+
+at::Tensor attention_eager(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const std::optional<at::Tensor>& mask, int64_t heads) {
+  return attention_on(Threads::torch, q, k, v, mask, heads);
 }
 
 bool amx_int8() { return amx_usable(); }
@@ -902,6 +1034,10 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
+  // the same two ops on torch's OpenMP threads, for eager models (run_items)
+  m.def("bertkit_fma_pack(Tensor weight) -> Tensor");
+  m.def("bertkit_fma_linear_packed(Tensor x, Tensor pack, int n, Tensor? bias) -> Tensor");
+  m.def("bertkit_attention_eager(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   m.def("bertkit_short_attention() -> bool", &short_attention_usable);  // whether bertkit_attention runs its own kernel here
 }
 TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
@@ -909,6 +1045,9 @@ TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_fma_linear", &fma_linear);
   m.impl("bertkit_int8_linear", &int8_linear);
   m.impl("bertkit_attention", &attention);
+  m.impl("bertkit_fma_pack", &fma_pack_weight);
+  m.impl("bertkit_fma_linear_packed", &fma_linear_packed);
+  m.impl("bertkit_attention_eager", &attention_eager);
 }
 
 extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_MKL(

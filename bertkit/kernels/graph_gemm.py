@@ -64,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
@@ -90,6 +91,18 @@ ATTENTION_SHIM_DECLARATION = (f"AOTITorchError {ATTENTION_SHIM}(AtenTensorHandle
                               "AtenTensorHandle*, int64_t, AtenTensorHandle*)")
 
 SOURCE_FILE = Path(__file__).with_name("graph_gemm.cpp")
+CACHE_ENV = "BERTKIT_COMPILE_CACHE"
+
+log = logging.getLogger("bertkit")
+
+
+def cache_dir() -> Path:
+    """The compile cache folder, where the ops' library is built (and inference/compiled.py keeps its
+    packages): `BERTKIT_COMPILE_CACHE`, default `$XDG_CACHE_HOME/bertkit/compiled`."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "bertkit" / "compiled"
 
 
 def source_text() -> str:
@@ -135,6 +148,27 @@ def load(folder: Path) -> Path:
         _register_fake()
         _loaded.append(path)
         return path
+
+
+_eager: list[bool] = []
+
+
+def eager_ops() -> bool:
+    """Whether eager fp32 inference may call the AVX2 GEMM op and the attention op here
+    (`KernelOptions.packed_weights` "bertkit", `attention_op`): the CPU has AVX2 and FMA and the ops
+    are built (once per torch version, into the compile cache folder; ~20 s) and loaded. Decided once
+    per process; False, with one warning, where they cannot be built (no C++ compiler): the oneDNN
+    packs and torch's attention run instead."""
+    if not _eager:
+        try:
+            usable = fma_usable(cache_dir()) and short_attention(cache_dir())
+        except (RuntimeError, OSError) as e:
+            text = str(e).strip().splitlines()
+            log.warning(f"bertkit's AVX2 ops unavailable ({text[0][:200] if text else type(e).__name__}); "
+                        "inference uses oneDNN's GEMMs and torch's attention")
+            usable = False
+        _eager.append(usable)
+    return _eager[0]
 
 
 def loaded_name() -> str | None:
@@ -262,6 +296,23 @@ def graph_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if getattr(_recording, "fma", False):
         return torch.ops.bertkit.bertkit_fma_linear(x, weight, bias)
     return torch.ops.bertkit.bertkit_mkl_linear(x, weight, bias)
+
+
+def fma_pack(weight: torch.Tensor) -> torch.Tensor:
+    """An (N, K) fp32 weight packed for `eager_linear` (`eager_ops()` first): held by the caller."""
+    return torch.ops.bertkit.bertkit_fma_pack(weight)
+
+
+def eager_linear(x: torch.Tensor, pack: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ W.T + b from W's `fma_pack` (N outputs), for an eager model: the AVX2 / FMA GEMM op with
+    its items on torch's threads, as the model's other ops (graph_gemm.cpp, run_items)."""
+    return torch.ops.bertkit.bertkit_fma_linear_packed(x, pack, n, bias)
+
+
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    heads: int) -> torch.Tensor:
+    """`graph_attention` for an eager model (`eager_ops()` first): its items on torch's threads."""
+    return torch.ops.bertkit.bertkit_attention_eager(q, k, v, mask, heads)
 
 
 def graph_int8_linear(quantised: torch.Tensor, row_scale: torch.Tensor, weight: torch.Tensor,

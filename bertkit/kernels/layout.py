@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .attention import attention, packed_attention
-from .graph_gemm import graph_attention, is_recording_attention
+from .graph_gemm import eager_attention, eager_ops, graph_attention, is_recording_attention
 from .options import PROCESS_DEFAULT, KernelOptions, exporting
 
 
@@ -37,6 +37,13 @@ class Padded:
             return torch.ones(T, T, dtype=torch.bool, device=device).tril()
         return self.mask
 
+    def attention_op_applies(self, q: torch.Tensor, dropout_p: float) -> bool:
+        """Whether bertkit's attention op computes this call (`options.attention_op`): fp32 inference
+        on the CPU, bidirectional, no dropout, the op built (graph_gemm.eager_ops)."""
+        return self.options.attention_op and not self.causal and dropout_p == 0.0 and q.dtype == torch.float32 \
+            and q.device.type == "cpu" and not torch.is_grad_enabled() and not exporting() \
+            and not torch.is_autocast_enabled("cpu") and eager_ops()
+
     def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
         """(B, T, H) query, key, value -> (B, T, H) context."""
         B, T, H = q.shape
@@ -45,6 +52,8 @@ class Padded:
             # a graph compiled ahead (graph_gemm.py): the mask's values are segment ids, so that
             # inputs packed one after another in a row attend each within itself
             return graph_attention(q, k, v, self.segments, heads)
+        if self.mask is None and self.attention_op_applies(q, dropout_p):  # no padding: one sequence a row
+            return eager_attention(q, k, v, None, heads)
         q, k, v = (t.view(B, T, heads, H // heads).transpose(1, 2) for t in (q, k, v))  # (B, A, T, D)
         causal_flag = self.causal and self.mask is None
         ctx = attention(q, k, v, self.mask, dropout_p, causal_flag, self.options)  # (B, A, T, D)
@@ -69,6 +78,14 @@ class Unpadded:
             index = torch.cat([index, (~real).nonzero().squeeze(1)[:extra]])
         self.index = index  # (N,) positions in the flattened (B*T) batch
         self.tokens = index.numel()
+        self._segment_ids = None
+
+    def segment_ids(self) -> torch.Tensor:
+        """(1, N): each packed row's sequence numbered from 1, 0 for the rounding rows (the attention op's mask)."""
+        if self._segment_ids is None:
+            ids = torch.repeat_interleave(torch.arange(1, len(self.lengths) + 1), torch.tensor(self.lengths))
+            self._segment_ids = torch.cat([ids, ids.new_zeros(self.tokens - ids.numel())])[None]
+        return self._segment_ids
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)"""
@@ -98,6 +115,8 @@ class Packed(Padded):
 
     def attention(self, q, k, v, heads: int, dropout_p: float) -> torch.Tensor:
         """(N, H) query, key, value -> (N, H) context."""
+        if self.attention_op_applies(q, dropout_p):  # the sequences one after another in one row
+            return eager_attention(q[None], k[None], v[None], self.unpadded.segment_ids(), heads)[0]
         if self.per_sequence:
             return packed_attention(q, k, v, self.unpadded.lengths, heads, dropout_p, self.causal, self.options)
         padded = super().attention(*(self.unpadded.pad(t) for t in (q, k, v)), heads, dropout_p)

@@ -29,8 +29,9 @@ ONEDNN_MODES = ("training", "inference", "always", "never")
 # or the written-out formula where torch's CPU SDPA is slow (kernels/attention.py).
 ATTENTION_MODES = ("auto", "sdpa", "explicit", "eager")
 # fp32 inference Linears with their weights packed once for a GEMM library (kernels/packed.py):
-# "mkl" (MKL's packed sgemm), "onednn" (oneDNN's blocked layout, the GELU as a post-op), "none".
-PACKED_WEIGHTS_MODES = ("none", "mkl", "onednn")
+# "mkl" (MKL's packed sgemm), "onednn" (oneDNN's blocked layout, the GELU as a post-op), "bertkit"
+# (bertkit's AVX2 / FMA GEMM op, kernels/graph_gemm.py, which packs each weight on its first call), "none".
+PACKED_WEIGHTS_MODES = ("none", "mkl", "onednn", "bertkit")
 
 
 # The fp32 Linear per CPU class (`CpuFeatures.cpu_class`), read off alternated measurements of the
@@ -55,7 +56,7 @@ FP32_LINEAR_BY_CLASS = {
 # were even (two runs: MiniLM 1.07x then 0.86x, base 0.98x then 1.09x), but one request gains:
 # every call would otherwise reorder (and under bf16 autocast first cast) every weight, which at a
 # few rows costs more than the GEMM (docs/speed.md, "One request"). avx512 not yet measured.
-PACKED_WEIGHTS_BY_CLASS = {"avx2": "onednn", "avx512-bf16": "onednn"}
+PACKED_WEIGHTS_BY_CLASS = {"avx2": "bertkit", "avx512-bf16": "onednn"}
 
 # Up to this many rows (tokens in one call) at width 768, an fp32 call of the "onednn" packs runs
 # MKL's packed sgemm instead, from a pack of its own (made on the first such call); a narrower Linear's
@@ -79,6 +80,14 @@ def default_mkl_rows(features: CpuFeatures | None = None) -> int:
 
 def mkl_available() -> bool:
     return bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+# Per class, whether fp32 inference attention runs bertkit's attention op (`attention_op`).
+ATTENTION_OP_BY_CLASS: dict[str, bool] = {"avx2": True}
+
+
+def default_attention_op(features: CpuFeatures | None = None) -> bool:
+    return ATTENTION_OP_BY_CLASS.get((features or cpu_features()).cpu_class, False)
 
 
 def default_packed_weights(features: CpuFeatures | None = None) -> str:
@@ -122,6 +131,10 @@ class KernelOptions:
     # third copy of those weights, made on the first such call); 0: never. Per class and vendor
     # (MKL_ROWS_BY_CLASS).
     mkl_rows: int = dataclasses.field(default_factory=default_mkl_rows)
+    # fp32 inference attention on the CPU through bertkit's attention op (kernels/graph_gemm.py: its
+    # AVX2 kernels, any sequence up to 512 tokens; on the packed rows, or a batch with no padding),
+    # per class (ATTENTION_OP_BY_CLASS); torch's attention wherever the op is not built or applies.
+    attention_op: bool = dataclasses.field(default_factory=lambda: default_attention_op())
     # With packed attention, sequences grouped by length rounded up to a multiple of this and each
     # group run as one masked attention call (0: one call per sequence; causal models always are).
     attention_bucket: int = 0
@@ -166,7 +179,7 @@ class KernelOptions:
         """What a graph can hold (ONNX export, tracing): F.linear, SDPA on the padded batch, no
         unpadding, no fused post-ops; the same numbers at every real position."""
         return cls(onednn_linear="never", unpad="never", fused_gelu=False, packed_attention=False,
-                   attention="sdpa", fast_dropout=False, packed_weights="none", mkl_rows=0)
+                   attention="sdpa", fast_dropout=False, packed_weights="none", mkl_rows=0, attention_op=False)
 
 
 def _parse(name: str, value, source: str | None):

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..device import cpu_features
+from . import graph_gemm
 from .options import KernelOptions, exporting
 
 
@@ -71,12 +72,24 @@ def packed_dtype(x: torch.Tensor, options: KernelOptions) -> torch.dtype | None:
     if (options.packed_weights == "none" or torch.is_grad_enabled() or exporting() or x.device.type != "cpu"
             or x.numel() == 0):
         return None
+    mode = packing_mode(options)  # (after the checks above: training never builds bertkit's op)
+    if mode == "none":
+        return None
     if not torch.is_autocast_enabled("cpu"):
         return torch.float32 if x.dtype == torch.float32 else None
-    if options.packed_weights == "onednn" and x.dtype in (torch.float32, torch.bfloat16) \
+    if mode == "onednn" and x.dtype in (torch.float32, torch.bfloat16) \
             and bf16_autocast_inference(x):
         return torch.bfloat16
     return None
+
+
+def packing_mode(options: KernelOptions) -> str:
+    """`options.packed_weights`, but "bertkit" where its op cannot be built here (graph_gemm.eager_ops:
+    no C++ compiler, no AVX2): oneDNN's packs (or none) instead."""
+    mode = options.packed_weights
+    if mode == "bertkit" and not graph_gemm.eager_ops():
+        return "onednn" if torch.backends.mkldnn.is_available() else "none"
+    return mode
 
 
 def packing_applies(x: torch.Tensor, options: KernelOptions) -> bool:
@@ -84,6 +97,8 @@ def packing_applies(x: torch.Tensor, options: KernelOptions) -> bool:
 
 
 def _pack(mode: str, weight: torch.Tensor) -> torch.Tensor:  # weight: fp32, or bf16 for "onednn"
+    if mode == "bertkit":  # bertkit's AVX2 op's panels of 16 columns (kernels/graph_gemm.py)
+        return graph_gemm.fma_pack(weight)
     if mode == "mkl":
         # The batch size only sizes the pack; any row count may use it (see the module doc).
         return torch.ops.mkl._mkl_reorder_linear_weight(weight, 64)
@@ -116,12 +131,15 @@ def packed_linear(holder: torch.nn.Module, x: torch.Tensor, weights: tuple[torch
     """x @ W.T + b (then the exact GELU with `gelu`) through the pack of `options.packed_weights`
     (in bf16 under bf16 autocast: `packed_dtype`)."""
     dtype = packed_dtype(x, options) or torch.float32
-    mode = options.packed_weights
+    mode = packing_mode(options)
     if mode == "onednn" and dtype == torch.float32 and options.mkl_rows and x.numel() // x.shape[-1] \
             <= options.mkl_row_limit(min(x.shape[-1], sum(w.shape[0] for w in weights))):
         mode = "mkl"  # a few rows: MKL's pack (options.MKL_ROWS_BY_CLASS)
     pack, weight, bias = packed_weights(holder, mode, weights, biases, dtype)
     x = x.to(dtype)
+    if mode == "bertkit":
+        y = graph_gemm.eager_linear(x, pack, weight.shape[0], bias)
+        return torch.ops.aten.gelu_(y) if gelu else y  # in place: y is this call's own
     if mode == "mkl":
         x = x.contiguous()
         y = torch.ops.mkl._mkl_linear(x, pack, weight, bias, x.numel() // x.shape[-1])

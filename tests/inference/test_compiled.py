@@ -453,6 +453,10 @@ def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(t
             assert (got - (want + bias.double())).abs().max().item() < 2e-6 * scale
             got = torch.ops.bertkit.bertkit_fma_linear(x, weight, None).double()
             assert (got - want).abs().max().item() < 2e-6 * scale
+            if graph_gemm.fma_usable(tmp_path / "ops"):  # an eager model's: its own pack, torch's threads
+                pack = graph_gemm.fma_pack(weight)
+                got = graph_gemm.eager_linear(x, pack, out, bias).double()
+                assert (got - (want + bias.double())).abs().max().item() < 2e-6 * scale
         assert torch.equal(bias, kept)
     x = torch.randn(2, 5, 32)
     weight = torch.randn(48, 32)
@@ -707,7 +711,8 @@ def _attention_formula(q, k, v, segments, heads):
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
     # Short inputs through bertkit's kernel (AVX-512, else AVX2; head dimensions a multiple of 16, of 8
-    # on AVX2, up to 64 keys; a head of 128 dimensions keeps K^T on the heap),
+    # on AVX2, up to 64 keys; a head of 128 dimensions keeps K^T on the heap), on AVX2 up to 512 keys
+    # through its kernel for longer sequences (scores in a buffer),
     # the rest through torch's SDPA inside the op: against the formula in float64, on (B, T, H) views
     # of one fused query/key/value projection as the graph holds them, with and without padding.
     from bertkit.kernels import graph_gemm
@@ -721,7 +726,8 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
     torch.manual_seed(0)
     for batch, length, hidden, heads in [(1, 1, 64, 4), (1, 7, 64, 4), (2, 16, 32, 2), (1, 17, 384, 12),
                                          (3, 40, 384, 12), (2, 64, 768, 12), (1, 33, 256, 4),
-                                         (2, 65, 64, 4), (1, 130, 64, 2), (2, 20, 32, 4), (2, 30, 256, 2)]:
+                                         (2, 65, 64, 4), (1, 130, 64, 2), (2, 20, 32, 4), (2, 30, 256, 2),
+                                         (2, 200, 384, 12), (1, 512, 64, 1), (1, 520, 64, 2)]:
         qkv = torch.randn(batch, length, 3 * hidden) * 2
         q, k, v = qkv.split(hidden, -1)
         kept = qkv.clone()
@@ -733,9 +739,11 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
         segments = segments.masked_fill(positions >= cuts[:, 2:3], 0)  # ... then padding
         for mask, ids in ((None, None), (keep[:, None, None, :], keep.long()), (keep.long(), keep.long()),
                           (segments, segments)):
-            got = torch.ops.bertkit.bertkit_attention(q, k, v, mask, heads)
-            assert got.shape == (batch, length, hidden) and got.is_contiguous()
-            torch.testing.assert_close(got.double(), _attention_formula(q, k, v, ids, heads), atol=2e-5, rtol=1e-5)
+            want = _attention_formula(q, k, v, ids, heads)
+            for op in (torch.ops.bertkit.bertkit_attention, graph_gemm.eager_attention):  # the Team's, torch's threads
+                got = op(q, k, v, mask, heads)
+                assert got.shape == (batch, length, hidden) and got.is_contiguous()
+                torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-5)
         assert torch.equal(qkv, kept)  # the inputs are read, never written
     if graph_gemm.short_attention(tmp_path / "ops"):  # bertkit's kernel: a query with no key to attend gets zeros
         q = torch.randn(1, 8, 64)

@@ -15,13 +15,15 @@ from bertkit import BertConfig, kernels
 from bertkit.errors import BertkitError
 from bertkit.device import CpuFeatures
 from bertkit.kernels import KernelOptions
-from bertkit.kernels.options import PACKED_WEIGHTS_BY_CLASS, default_packed_weights
+from bertkit.kernels.options import PACKED_WEIGHTS_BY_CLASS, default_attention_op, default_packed_weights
 from bertkit.kernels.packed import has_pack
 
 has_mkl = torch._C.has_mkl and hasattr(torch.ops.mkl, "_mkl_linear")
 MODES = [pytest.param("mkl", marks=pytest.mark.skipif(not has_mkl, reason="torch built without MKL")),
          pytest.param("onednn", marks=pytest.mark.skipif(not kernels.onednn_available(),
-                                                         reason="torch built without oneDNN"))]
+                                                         reason="torch built without oneDNN")),
+         # bertkit's AVX2 op (built on first use; on a CPU without AVX2 / FMA the mode is oneDNN's packs)
+         pytest.param("bertkit", marks=pytest.mark.skipif(not has_mkl, reason="the ops' library calls MKL (x86 torch)"))]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
@@ -145,17 +147,44 @@ def test_a_model_that_has_run_packed_copies_and_pickles(mode, tmp_path):
 
 def test_packed_weights_default_per_cpu_class():
     """oneDNN packs by default on the classes where they measured faster, nowhere else yet."""
-    assert PACKED_WEIGHTS_BY_CLASS == {"avx2": "onednn", "avx512-bf16": "onednn"}
-    for cpu_class, expected in (("avx2", "onednn"), ("avx512", "none"), ("avx512-bf16", "onednn"), ("other", "none")):
+    assert PACKED_WEIGHTS_BY_CLASS == {"avx2": "bertkit", "avx512-bf16": "onednn"}
+    for cpu_class, expected in (("avx2", "bertkit"), ("avx512", "none"), ("avx512-bf16", "onednn"), ("other", "none")):
         features = mock.Mock(spec=CpuFeatures, cpu_class=cpu_class)
         assert default_packed_weights(features) == (expected if torch.backends.mkldnn.is_available() else "none")
-    assert KernelOptions.plain().packed_weights == "none"
+        assert default_attention_op(features) == (cpu_class == "avx2")
+    assert KernelOptions.plain().packed_weights == "none" and not KernelOptions.plain().attention_op
 
 
 def test_packed_weights_values_are_checked():
     with pytest.raises(BertkitError, match="packed_weights must be one of none, mkl, onednn"):
         KernelOptions(packed_weights="blas")
     assert kernels.PROCESS_DEFAULT.replace(packed_weights="none").packed_weights == "none"
+
+
+@pytest.mark.skipif(not has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_attention_op_gives_torchs_attention_in_inference():
+    """attention_op: unpadded batches (the sequences one after another in a row) and a batch without
+    padding through bertkit's op, within 1e-5 of torch's attention at the real positions; never with
+    gradients (training keeps torch's, differentiable)."""
+    from bertkit.kernels import graph_gemm, layout
+
+    if not graph_gemm.eager_ops():
+        pytest.skip("bertkit's AVX2 ops do not run on this CPU")
+    base = kernels.PROCESS_DEFAULT.replace(unpad="always", unpad_multiple=8, attention_op=False, packed_weights="none")
+    model = small_model(base)
+    batches = [padded_batch([40, 3, 17, 29, 1, 40, 8]), padded_batch([12, 12, 12]), padded_batch([64, 60, 33, 64])]
+    with torch.no_grad():
+        reference = [model(**b).last_hidden_state for b in batches]
+        model.hold_kernels(base.replace(attention_op=True))
+        with mock.patch.object(layout, "eager_attention", wraps=graph_gemm.eager_attention) as op:
+            ours = [model(**b).last_hidden_state for b in batches]
+    assert op.call_count == 2 * len(batches)  # each layer of each batch
+    for b, got, ref in zip(batches, ours, reference):
+        real = b["attention_mask"].bool()
+        assert float((got[real] - ref[real]).abs().max()) <= 1e-5
+    with mock.patch.object(layout, "eager_attention", wraps=graph_gemm.eager_attention) as op:
+        model(**batches[0]).last_hidden_state.sum().backward()
+    assert op.call_count == 0 and model.encoder.layer[0].attention.self.query.weight.grad is not None
 
 
 @pytest.mark.parametrize("bucket", [1, 16, 64])
