@@ -56,9 +56,9 @@ CLASSES = ("GEMM", "attention", "LayerNorm", "GELU", "layout / copies", "other o
 
 # torch op names (self time) -> class; matched by substring, first match wins
 TORCH_OPS = (
-    ("GEMM", ("addmm", "aten::mm", "aten::linear", "_linear_pointwise", "_mkl_linear", "linear_dynamic",
+    ("GEMM", ("addmm", "aten::mm", "aten::linear", "_linear_pointwise", "_mkl_linear", "linear_dynamic", "bertkit_fma_linear",
               "quantized::", "aten::matmul", "aten::bmm")),
-    ("attention", ("scaled_dot_product", "softmax", "flash_attention")),
+    ("attention", ("scaled_dot_product", "softmax", "flash_attention", "bertkit_attention")),
     ("LayerNorm", ("layer_norm",)),
     ("GELU", ("gelu",)),
     ("layout / copies", ("index_select", "index_copy", "aten::cat", "copy_", "contiguous", "clone", "new_zeros",
@@ -68,10 +68,10 @@ TORCH_OPS = (
 
 # perf symbols / libraries -> class; matched on lower-cased "library symbol", first match wins
 PERF_SYMBOLS = (
-    ("attention", ("softmax", "attention", "flash")),
+    ("attention", ("softmax", "attention", "flash", "attend_head", "query_rows")),
     ("LayerNorm", ("layer_norm", "layernorm")),
     ("GELU", ("gelu", "vec_erf<", "erff")),  # CTranslate2's GELU calls its vectorised erf
-    ("GEMM", ("gemm", "mkl_blas", "dnnl", "brgemm", "inner_product", "[jit]", "fbgemm", "linear", "matmul",
+    ("GEMM", ("gemm", "fma_rows", "mkl_blas", "dnnl", "brgemm", "inner_product", "[jit]", "fbgemm", "linear", "matmul",
               "sgemm", "libmkl")),
     ("threading (OpenMP)", ("libgomp", "libiomp", "omp", "sched_yield")),
     # Python, pybind11 and torch's dispatch / autograd / tensor bookkeeping (not its kernels, at::native::*)

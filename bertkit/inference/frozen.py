@@ -9,7 +9,8 @@ runs the same kernels on the same operands in the same order — the fused query
 the layout's attention, the output GEMM, the residual and LayerNorm, the GEMM with its GELU post-op,
 the last GEMM, residual and LayerNorm — from a flat list made once and remade when any weight or
 module changes: fp32 / bf16 from the oneDNN packs (fp32 calls of a few rows from MKL's, as the
-module path), int8 through the int8 modules' own forwards.
+module path) or bertkit's AVX2 op's (packed_weights "bertkit"), int8 through the int8 modules' own
+forwards.
 Bitwise the same numbers as the module path (tests/kernels/test_frozen_encoder.py); with
 gradients, in training mode, when hidden states or attention maps are asked for, or wherever the
 packs do not apply (a GPU, export, an unusual or mixed layer), the module path runs.
@@ -72,11 +73,9 @@ def _packed_gemm(pack: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dty
 
 def _bertkit_gemm(pack: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, gelu: bool = False):
     """x -> x @ W.T + b through bertkit's AVX2 op from W's pack (packed_weights "bertkit":
-    kernels/packed.py), the exact GELU in place after it with `gelu`."""
+    kernels/packed.py), the exact GELU applied by the op with `gelu`."""
     gemm, n = torch.ops.bertkit.bertkit_fma_linear_packed, weight.shape[0]  # graph_gemm.eager_linear
-    if gelu:
-        return lambda x: torch.ops.aten.gelu_(gemm(x, pack, n, bias))  # in place: the GEMM's own output
-    return lambda x: gemm(x, pack, n, bias)
+    return lambda x: gemm(x, pack, n, bias, gelu)
 
 
 def _few_rows_gemm(holder: nn.Module, weights: tuple, biases: tuple, gelu: bool, rows: int, otherwise):

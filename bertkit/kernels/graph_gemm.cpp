@@ -6,7 +6,11 @@
 //                                              int8: per-row int8 x per-column int8 on AMX tiles,
 //                                              its scales and bias applied as the sums leave the tiles
 //   bertkit_attention(q, k, v, mask, heads)    fp32 attention of a short input (up to 64 keys) on
-//                                              AVX-512 or AVX2, longer ones through torch's SDPA
+//                                              AVX-512 or AVX2 (on AVX2 up to 512), longer ones
+//                                              through torch's SDPA
+//   bertkit_fma_pack / bertkit_fma_linear_packed, bertkit_attention_eager
+//                                              the same for eager models: the pack held by the
+//                                              caller, the items on torch's threads (run_items)
 //
 // The GEMMs pack a weight once, on its first call, kept by the weight's address (a graph's constants
 // keep theirs) and checked against a sample of its values (a freed graph's address may be reused
@@ -295,10 +299,31 @@ bool fma_usable() {
   return usable;
 }
 
-// R rows of x (from `x`, `ldx` apart) times one panel (K x 16) plus its 16 biases -> y's `columns` (<= 16).
+__attribute__((target("avx2,fma"))) inline __m256 exp_nonpositive8(__m256 x);  // (the attention's, below)
+
+// The exact GELU, x / 2 (1 + erf(x / sqrt 2)), for an eager model's intermediate GEMM (its output
+// stored once rather than passed over again). erf(z) = 1 - q, q = P(t) e^(-z^2), t = 1 / (1 + 0.3275911 z)
+// for z >= 0 (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7): 1 + erf is 2 - q for x >= 0 and q
+// itself for x < 0, so the negative side keeps its relative accuracy (no 1 - erf cancellation).
+__attribute__((target("avx2,fma"))) inline __m256 gelu8(__m256 x) {
+  const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(0.70710678118654752f));
+  const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
+  __m256 p = _mm256_set1_ps(1.061405429f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+  const __m256 q = _mm256_mul_ps(_mm256_mul_ps(p, t), exp_nonpositive8(_mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), z), z)));
+  const __m256 negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 one_plus_erf = _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(2.0f), q), q, negative);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), one_plus_erf);
+}
+
+// R rows of x (from `x`, `ldx` apart) times one panel (K x 16) plus its 16 biases -> y's `columns` (<= 16),
+// through the exact GELU when `Gelu`.
 // The twelve sums are named variables: GCC kept an array of them in memory, storing each after its FMA.
 #define BERTKIT_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-template <int R>
+template <int R, bool Gelu>
 __attribute__((target("avx2,fma"))) void fma_rows(const float* x, int64_t ldx, const float* panel, int64_t k,
                                                    const float* bias, float* y, int64_t ldy, int64_t columns) {
   const __m256 bias_low = _mm256_loadu_ps(bias), bias_high = _mm256_loadu_ps(bias + 8);
@@ -318,6 +343,10 @@ __attribute__((target("avx2,fma"))) void fma_rows(const float* x, int64_t ldx, c
   alignas(32) float last[kPanel];  // the weight's last panel, fewer than 16 columns
 #define BERTKIT_STORE(r)                                      \
   if constexpr (r < R) {                                      \
+    if constexpr (Gelu) {                                     \
+      low##r = gelu8(low##r);                                 \
+      high##r = gelu8(high##r);                               \
+    }                                                         \
     if (columns == kPanel) {                                  \
       _mm256_storeu_ps(y + r * ldy, low##r);                  \
       _mm256_storeu_ps(y + r * ldy + 8, high##r);             \
@@ -335,12 +364,13 @@ __attribute__((target("avx2,fma"))) void fma_rows(const float* x, int64_t ldx, c
 #undef BERTKIT_ROWS
 
 using FmaKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t);
-constexpr FmaKernel kFmaKernels[kFmaRows] = {&fma_rows<1>, &fma_rows<2>, &fma_rows<3>,
-                                             &fma_rows<4>, &fma_rows<5>, &fma_rows<6>};
+constexpr FmaKernel kFmaKernels[2][kFmaRows] = {
+    {&fma_rows<1, false>, &fma_rows<2, false>, &fma_rows<3, false>, &fma_rows<4, false>, &fma_rows<5, false>, &fma_rows<6, false>},
+    {&fma_rows<1, true>, &fma_rows<2, true>, &fma_rows<3, true>, &fma_rows<4, true>, &fma_rows<5, true>, &fma_rows<6, true>}};
 
 // x (..., K) times a pack of an (N, K) weight (fma_pack) plus bias -> (..., N), the items on `threads`.
 at::Tensor fma_compute(Threads threads, const at::Tensor& x, const at::Tensor& pack, int64_t n,
-                       const std::optional<at::Tensor>& bias) {
+                       const std::optional<at::Tensor>& bias, bool gelu = false) {
   auto input = x.contiguous();
   int64_t k = input.size(-1), m = input.numel() / std::max<int64_t>(k, 1), panels = padded(n, kPanel) / kPanel;
   TORCH_CHECK(pack.numel() == panels * kPanel * k, "bertkit_fma_linear: the pack is not of an (", n, ", ", k, ") weight");
@@ -364,7 +394,7 @@ at::Tensor fma_compute(Threads threads, const at::Tensor& x, const at::Tensor& p
     int64_t column = p * kPanel, columns = std::min(kPanel, n - column);
     for (int64_t r = chunk; r < chunk_end; r += kFmaRows) {
       int64_t rows = std::min(kFmaRows, chunk_end - r);
-      kFmaKernels[rows - 1](a + r * k, k, b + p * k * kPanel, k, biases.data() + column, c + r * n + column, n, columns);
+      kFmaKernels[gelu][rows - 1](a + r * k, k, b + p * k * kPanel, k, biases.data() + column, c + r * n + column, n, columns);
     }
   });
   return y.view(sizes);
@@ -392,10 +422,11 @@ at::Tensor fma_pack_weight(const at::Tensor& weight) {
   return fma_pack(weight.contiguous());
 }
 
-at::Tensor fma_linear_packed(const at::Tensor& x, const at::Tensor& pack, int64_t n, const std::optional<at::Tensor>& bias) {
+at::Tensor fma_linear_packed(const at::Tensor& x, const at::Tensor& pack, int64_t n, const std::optional<at::Tensor>& bias,
+                             bool gelu) {
   check_fma_operands(x, pack);
   TORCH_CHECK(fma_usable(), "bertkit_fma_linear_packed needs a CPU with AVX2 and FMA");
-  return fma_compute(Threads::torch, x, pack, n, bias);
+  return fma_compute(Threads::torch, x, pack, n, bias, gelu);
 }
 
 // ---- int8 on AMX tiles
@@ -955,9 +986,9 @@ const float* key_bias(int64_t length) {
 
 // (B, T, H) query, key, value (rows of any stride, the last dimension contiguous) and (B, T) segment
 // ids or a bool mask (`segments_of`; none: one sequence per row) -> (B, T, H) context, `heads` heads.
-// A sequence of up to kShortKeys tokens runs this file's kernel (AVX-512, else AVX2), a longer one
-// (or a CPU with neither, or a head size not a multiple of the vector width) torch's attention on
-// its rows alone.
+// A sequence of up to kShortKeys tokens runs this file's kernel (AVX-512, else AVX2; on AVX2 up to
+// kLongKeys the long one), a longer one (or a CPU with neither, or a head size not a multiple of the
+// vector width) torch's attention on its rows alone.
 at::Tensor attention_on(Threads threads, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& mask, int64_t heads) {
   TORCH_CHECK(heads > 0 && q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes() && q.size(2) % heads == 0,
@@ -1036,7 +1067,7 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   // the same two ops on torch's OpenMP threads, for eager models (run_items)
   m.def("bertkit_fma_pack(Tensor weight) -> Tensor");
-  m.def("bertkit_fma_linear_packed(Tensor x, Tensor pack, int n, Tensor? bias) -> Tensor");
+  m.def("bertkit_fma_linear_packed(Tensor x, Tensor pack, int n, Tensor? bias, bool gelu=False) -> Tensor");
   m.def("bertkit_attention_eager(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   m.def("bertkit_short_attention() -> bool", &short_attention_usable);  // whether bertkit_attention runs its own kernel here
 }

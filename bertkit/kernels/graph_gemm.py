@@ -2,7 +2,9 @@
 they beat what inductor emits: C++ ops (graph_gemm.cpp), built once per torch version with the compiler
 `--compile` needs anyway, kept in the compile cache and called by AOTInductor directly through
 their C functions (`aot_inductor.custom_ops_to_c_shims`; through its proxy executor they measured
-slower than the GEMMs they would replace). Eager models never use them.
+slower than the GEMMs they would replace). On the avx2 class eager fp32 inference calls the AVX2 GEMM
+and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_op`; `eager_ops`,
+`eager_linear`, `eager_attention`), from packs its Linears hold and on torch's threads.
 
 * `bertkit::bertkit_mkl_linear(x, weight, bias)`, fp32, for the Linears of a lone input where the
   eager engine takes MKL's pack (KernelOptions.mkl_rows: Intel CPUs with AMX / AVX512_BF16).
@@ -34,7 +36,10 @@ slower than the GEMMs they would replace). Eager models never use them.
   one input of 36 tokens where torch's SDPA inside the op took 255, 547 for eight such inputs packed
   in one row against 1877. Longer sequences, other head sizes and CPUs go to torch's SDPA inside the op. The mask's values
   are segment ids: several inputs packed one after another in one row each attend within itself,
-  so the graphs take a few inputs as one row of their real tokens (`graph_attention`).
+  so the graphs take a few inputs as one row of their real tokens (`graph_attention`). On AVX2 a
+  sequence of 65-512 tokens runs a second kernel (a head's K^T and four rows' scores in a buffer):
+  an eager all-MiniLM-L6-v2 batch of 32 inputs (16-128 tokens) spent 15% of its time in torch's
+  flash attention.
 
 The AVX2 GEMM op, and the attention op where it runs its AVX2 kernel, share their work on threads of
 their own (`Team` in graph_gemm.cpp), not torch's OpenMP team, and the graph that records them keeps
@@ -303,10 +308,12 @@ def fma_pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.bertkit.bertkit_fma_pack(weight)
 
 
-def eager_linear(x: torch.Tensor, pack: torch.Tensor, n: int, bias: torch.Tensor | None) -> torch.Tensor:
-    """x @ W.T + b from W's `fma_pack` (N outputs), for an eager model: the AVX2 / FMA GEMM op with
-    its items on torch's threads, as the model's other ops (graph_gemm.cpp, run_items)."""
-    return torch.ops.bertkit.bertkit_fma_linear_packed(x, pack, n, bias)
+def eager_linear(x: torch.Tensor, pack: torch.Tensor, n: int, bias: torch.Tensor | None,
+                 gelu: bool = False) -> torch.Tensor:
+    """x @ W.T + b from W's `fma_pack` (N outputs), then the exact GELU with `gelu` (applied as the
+    sums are stored), for an eager model: the AVX2 / FMA GEMM op with its items on torch's threads,
+    as the model's other ops (graph_gemm.cpp, run_items)."""
+    return torch.ops.bertkit.bertkit_fma_linear_packed(x, pack, n, bias, gelu)
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

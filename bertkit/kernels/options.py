@@ -55,7 +55,9 @@ FP32_LINEAR_BY_CLASS = {
 # on all-MiniLM-L6-v2 and on BERT-base alike (batches of 32). On a Zen 5 (avx512-bf16) batches of 32
 # were even (two runs: MiniLM 1.07x then 0.86x, base 0.98x then 1.09x), but one request gains:
 # every call would otherwise reorder (and under bf16 autocast first cast) every weight, which at a
-# few rows costs more than the GEMM (docs/speed.md, "One request"). avx512 not yet measured.
+# few rows costs more than the GEMM (docs/speed.md, "One request"). avx512 not yet measured. On the
+# avx2 class bertkit's own AVX2 GEMM ("bertkit") since: on an AMD EPYC Zen 3 1.22-1.30x the oneDNN
+# packs on all-MiniLM-L6-v2 batches of 32, 1.35-1.40x on lone inputs (`--levers --engine-options`).
 PACKED_WEIGHTS_BY_CLASS = {"avx2": "bertkit", "avx512-bf16": "onednn"}
 
 # Up to this many rows (tokens in one call) at width 768, an fp32 call of the "onednn" packs runs
@@ -82,7 +84,9 @@ def mkl_available() -> bool:
     return bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
-# Per class, whether fp32 inference attention runs bertkit's attention op (`attention_op`).
+# Per class, whether fp32 inference attention runs bertkit's attention op (`attention_op`): on the
+# AMD EPYC Zen 3 with the "bertkit" packs, all-MiniLM-L6-v2 batches of 32 1.02-1.06x, lone inputs
+# 1.06-1.12x more; not measured against torch's attention on the AVX-512 classes.
 ATTENTION_OP_BY_CLASS: dict[str, bool] = {"avx2": True}
 
 

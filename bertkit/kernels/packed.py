@@ -21,6 +21,11 @@ whose weights do not change between calls can have that done once:
   request) costs more than the GEMM itself. Same numbers as autocast's F.linear: the same bf16
   operands, fp32 accumulation.
 
+* "bertkit": bertkit's own AVX2 / FMA GEMM (kernels/graph_gemm.py, the avx2 class's default): the
+  weight in panels of 16 columns (`graph_gemm.fma_pack`), the GELU applied as its sums are stored;
+  its items on torch's threads. Where the op cannot be built (no C++ compiler) or run (no AVX2 / FMA),
+  the "onednn" packs instead (`packing_mode`). fp32 only.
+
 The pack belongs to the module that owns the weight (kept beside it, freed with it) and is remade
 when the weight changes: an in-place update bumps its version, and every optimizer step counts as a
 change (torch's fused AdamW updates the weights without bumping their versions, so a model scored on
@@ -138,8 +143,7 @@ def packed_linear(holder: torch.nn.Module, x: torch.Tensor, weights: tuple[torch
     pack, weight, bias = packed_weights(holder, mode, weights, biases, dtype)
     x = x.to(dtype)
     if mode == "bertkit":
-        y = graph_gemm.eager_linear(x, pack, weight.shape[0], bias)
-        return torch.ops.aten.gelu_(y) if gelu else y  # in place: y is this call's own
+        return graph_gemm.eager_linear(x, pack, weight.shape[0], bias, gelu)
     if mode == "mkl":
         x = x.contiguous()
         y = torch.ops.mkl._mkl_linear(x, pack, weight, bias, x.numel() // x.shape[-1])

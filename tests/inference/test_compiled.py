@@ -457,6 +457,8 @@ def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(t
                 pack = graph_gemm.fma_pack(weight)
                 got = graph_gemm.eager_linear(x, pack, out, bias).double()
                 assert (got - (want + bias.double())).abs().max().item() < 2e-6 * scale
+                got = graph_gemm.eager_linear(x, pack, out, bias, gelu=True).double()  # the exact GELU as it stores
+                assert (got - F.gelu(want + bias.double())).abs().max().item() < 2e-6 * scale
         assert torch.equal(bias, kept)
     x = torch.randn(2, 5, 32)
     weight = torch.randn(48, 32)
@@ -467,6 +469,10 @@ def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(t
     torch.testing.assert_close(torch.ops.bertkit.bertkit_fma_linear(x, weight, None), F.linear(x, weight),
                                atol=1e-5, rtol=1e-5)
     assert torch.ops.bertkit.bertkit_fma_linear(torch.randn(0, 32), weight, None).shape == (0, 48)
+    if graph_gemm.fma_usable(tmp_path / "ops"):  # the GELU's own approximation of erf, over its whole range
+        z = torch.linspace(-12, 12, 4096).view(-1, 16)
+        got = graph_gemm.eager_linear(z, graph_gemm.fma_pack(torch.eye(16)), 16, None, gelu=True).double()
+        assert (got - F.gelu(z.double())).abs().max().item() < 1e-6
     transposed = torch.randn(32, 48).t()  # a strided weight is read as its values
     torch.testing.assert_close(torch.ops.bertkit.bertkit_fma_linear(x, transposed, None), F.linear(x, transposed),
                                atol=1e-5, rtol=1e-5)
