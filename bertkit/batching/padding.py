@@ -43,18 +43,19 @@ def bucketed(length: int) -> int:
     return -(-length // LENGTH_BUCKET) * LENGTH_BUCKET
 
 
-def padded_length(longest: int, sequences: int) -> int:
-    """The length a batch of `sequences` sequences is padded to (a lone one: a finer bucket)."""
-    bucket = SINGLE_LENGTH_BUCKET if sequences == 1 else LENGTH_BUCKET
+def padded_length(longest: int, sequences: int, lone_bucket: int = SINGLE_LENGTH_BUCKET) -> int:
+    """The length a batch of `sequences` sequences is padded to (a lone one: a finer bucket,
+    `lone_bucket`; 1 where the kernels make nothing per shape and a lone input runs unpadded)."""
+    bucket = lone_bucket if sequences == 1 else LENGTH_BUCKET
     return -(-longest // bucket) * bucket
 
 
-def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
+def pad_rows(rows: Sequence[dict], pad_token_id: int, lone_bucket: int = SINGLE_LENGTH_BUCKET) -> dict[str, torch.Tensor]:
     """input_ids / token_type_ids / attention_mask lists -> (B, T) tensors, T bucketed (`padded_length`);
     rows of multiple choice (C sequences each) -> (B, C, T)."""
     nested = isinstance(rows[0]["input_ids"][0], list)
     sequences = [seq for row in rows for seq in (row["input_ids"] if nested else [row["input_ids"]])]
-    T = padded_length(max(len(seq) for seq in sequences), len(sequences))
+    T = padded_length(max(len(seq) for seq in sequences), len(sequences), lone_bucket)
     batch = {}
     for key, pad in (("input_ids", pad_token_id), ("token_type_ids", 0), ("attention_mask", 0)):
         if nested:
@@ -65,16 +66,17 @@ def pad_rows(rows: Sequence[dict], pad_token_id: int) -> dict[str, torch.Tensor]
     return batch
 
 
-def pack_rows(rows: Sequence[dict], pad_token_id: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+def pack_rows(rows: Sequence[dict], pad_token_id: int, bucket: int = SINGLE_LENGTH_BUCKET
+              ) -> tuple[dict[str, torch.Tensor], list[int]]:
     """Several rows' tokens one after another in a single (1, N) row, for a graph whose attention
     reads the mask as segment ids (inference/compiled.py): `attention_mask` numbers the inputs 1, 2,
-    ..., `position_ids` restart at each, and N is padded to a multiple of SINGLE_LENGTH_BUCKET
-    (segment 0). Returns the tensors and where each row starts."""
+    ..., `position_ids` restart at each, and N is padded to a multiple of `bucket` (segment 0; 1:
+    not padded). Returns the tensors and where each row starts."""
     starts, at = [], 0
     for row in rows:
         starts.append(at)
         at += len(row["input_ids"])
-    extra = -at % SINGLE_LENGTH_BUCKET
+    extra = -at % bucket
     ids = [token for row in rows for token in row["input_ids"]] + [pad_token_id] * extra
     types = [kind for row in rows for kind in row["token_type_ids"]] + [0] * extra
     segments = [number for number, row in enumerate(rows, 1) for _ in row["input_ids"]] + [0] * extra

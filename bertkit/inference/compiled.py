@@ -236,6 +236,9 @@ class CompiledLoneInput:
         self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and graph_gemm.fma_applies() \
             and _fma_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
+        # With bertkit's AVX2 GEMMs nothing in the graph is made per row count (inductor's loops take
+        # any length): a lone input goes at its own length rather than padded to a multiple of 8
+        self.shapes_free = self.fma_gemm
         self.attention_op = attention_op and uses_attention_op(precision, folder)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's

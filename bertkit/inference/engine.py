@@ -9,7 +9,9 @@ small set: it generates and caches code per distinct shape, and an unbounded set
 long run's memory to gigabytes. A batch of one input (a lone request: a search box, an API client)
 is padded only to a multiple of `SINGLE_LENGTH_BUCKET` and runs padded (36 tokens padded to 48 and
 unpadded was a third more work than 40); `warm_up` makes those shapes' kernels before the first
-request, so that it is not the one that waits for them.
+request, so that it is not the one that waits for them. Where the fp32 GEMMs are bertkit's AVX2 op
+(the avx2 class: `shapes_free`), nothing is made per shape: a lone input runs at its own length,
+unmasked, and an unpadded count is rounded to a multiple of 8 only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..heads import load_model
 from ..kernels.int8 import QUANTIZE_CHOICES, quantize_int8
+from ..kernels.layout import UNPAD_FINE_MULTIPLE
+from ..kernels.options import HoldsKernelOptions
+from ..kernels.packed import packing_mode
 from .frozen import freeze_encoders
 from ..tokenizer import BertTokenizer
 
@@ -107,8 +112,18 @@ PACKED_TASKS = ("feature-extraction", "sentence-embeddings", "token-classificati
 
 def engine_kernels(options: kernels.KernelOptions, unpad: str = "always") -> kernels.KernelOptions:
     """`options` as the engine runs its model: unpadded ("always" on the CPU), the token count
-    rounded to ROW_MULTIPLE, or to a multiple of 8 up to FINE_ROWS."""
-    return options.replace(unpad=unpad, unpad_multiple=ROW_MULTIPLE, unpad_fine_rows=FINE_ROWS)
+    rounded to ROW_MULTIPLE, or to a multiple of 8 up to FINE_ROWS; to a multiple of 8 at any count
+    where the CPU's GEMMs make nothing per shape (`shapes_free`)."""
+    multiple = UNPAD_FINE_MULTIPLE if unpad == "always" and shapes_free(options) else ROW_MULTIPLE
+    return options.replace(unpad=unpad, unpad_multiple=multiple, unpad_fine_rows=FINE_ROWS)
+
+
+def shapes_free(options: kernels.KernelOptions) -> bool:
+    """Whether fp32 inference with these options on the CPU meets no kernel made per shape: its GEMMs
+    are bertkit's AVX2 op (`packed_weights` "bertkit", which packs once for every row count) and its
+    attention the attention op or SDPA. Then the engine pads a lone input not at all (no padding: the
+    attention op's unmasked path) and rounds an unpadded count to a multiple of 8, not of 64."""
+    return packing_mode(options) == "bertkit"
 
 # The head class -> the task it answers.
 TASKS = {
@@ -216,6 +231,13 @@ class InferenceEngine:
             freeze_encoders(self.model)
         self.config = self.model.config
         self.precision = resolve_precision(precision, self.device)
+        # A lone input's padded length: a multiple of SINGLE_LENGTH_BUCKET (few oneDNN shapes), or its
+        # own where the fp32 kernels make nothing per shape (int8's fbgemm keeps the buckets)
+        # the kernel options the model computes with (held by its modules: BertPreTrainedModel.hold_kernels)
+        self.kernels = next((m.kernels for m in self.model.modules() if isinstance(m, HoldsKernelOptions)), None)
+        free = self.device.type == "cpu" and quantize == "none" and self.precision == "fp32" \
+            and self.kernels is not None and shapes_free(self.kernels)
+        self.lone_bucket = 1 if free else SINGLE_LENGTH_BUCKET
         if tokenizer is None:
             if self.model_dir is None:
                 raise BertkitError("a model object needs tokenizer= (a BertTokenizer or its folder)")
@@ -288,7 +310,8 @@ class InferenceEngine:
             if on_batch is not None:
                 sequences = sum(len(rows[i]["input_ids"]) if isinstance(rows[i]["input_ids"][0], list) else 1
                                 for i in indices)
-                on_batch(len(indices), len(indices) * padded_length(max(lengths[i] for i in indices), sequences))
+                on_batch(len(indices), len(indices) * padded_length(max(lengths[i] for i in indices), sequences,
+                                                                    self.lone_bucket))
             for index, output in zip(indices, self._forward_batch([rows[i] for i in indices], keys)):
                 results[index] = output
         return results
@@ -309,7 +332,7 @@ class InferenceEngine:
             outputs = self._compiled_forward(self._compiled_runner(), rows, keys)
             if outputs is not None:
                 return outputs
-        batch = {k: v.to(self.device) for k, v in pad_rows(rows, self.tokenizer.pad_token_id).items()}
+        batch = {k: v.to(self.device) for k, v in pad_rows(rows, self.tokenizer.pad_token_id, self.lone_bucket).items()}
         with autocast(self.device, self.precision):
             out = self.model(**batch)
         return self._outputs(rows, keys, batch, out)
@@ -322,7 +345,7 @@ class InferenceEngine:
         if not all(key in names or OUTPUT_ALIASES.get(key) in names for key in keys):
             return None
         if self._packs(runner) and 2 <= len(rows) <= runner.max_packed:
-            packed, starts = pack_rows(rows, self.tokenizer.pad_token_id)
+            packed, starts = pack_rows(rows, self.tokenizer.pad_token_id, 1 if runner.shapes_free else SINGLE_LENGTH_BUCKET)
             if runner.accepts(1, packed["input_ids"].shape[1]):
                 out = runner(packed["input_ids"], packed["attention_mask"], packed["token_type_ids"],
                              packed["position_ids"], torch.tensor(starts) if runner.pools else None)
@@ -332,7 +355,8 @@ class InferenceEngine:
                 return [{key: value[0, start:start + len(row["input_ids"])] for key, value in out.items()}
                         for row, start in zip(rows, starts)]
         if len(rows) <= runner.max_batch:
-            batch = pad_rows(rows, self.tokenizer.pad_token_id)  # to the engine's buckets: few oneDNN shapes
+            # to the engine's buckets (few oneDNN shapes), or a lone input at its length where nothing is made per shape
+            batch = pad_rows(rows, self.tokenizer.pad_token_id, 1 if runner.shapes_free else SINGLE_LENGTH_BUCKET)
             if runner.accepts(*batch["input_ids"].shape):
                 out = dict(zip(names, runner(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])))
                 return self._outputs(rows, keys, batch, out)

@@ -144,7 +144,8 @@ def load(folder: Path) -> Path:
     with _lock:
         if _loaded:
             return _loaded[0]
-        facts = f"{source_text()}{torch.__version__}{torch._C._GLIBCXX_USE_CXX11_ABI}"
+        # torch's folder too: the library is linked to that installation's libraries (their paths)
+        facts = f"{source_text()}{torch.__version__}{torch._C._GLIBCXX_USE_CXX11_ABI}{Path(torch.__file__).parent}"
         path = folder / f"bertkit_graph_gemm-{hashlib.sha256(facts.encode()).hexdigest()[:16]}.so"
         if not path.is_file():
             _build(path)

@@ -78,10 +78,13 @@ def test_a_lone_input_really_runs_the_compiled_graph(compiled_pair, monkeypatch,
     real = fast._compiled._run
     monkeypatch.setattr(fast._compiled, "_run", lambda *a: calls.append(a[0].shape) or real(*a))
     fast.embeddings(["a short query"])
-    assert calls == [(1, 8)]  # [CLS] a short query [SEP], padded to the lone-input bucket (a multiple of 8)
+    # [CLS] a short query [SEP], padded to the lone-input bucket (a multiple of 8), or not at all with
+    # bertkit's AVX2 GEMMs in the graph, which make nothing per row count
+    lone = (1, 5) if fast._compiled.shapes_free else (1, 8)
+    assert calls == [lone]
     fast.embeddings(["a short query", "another"])
     if fast._compiled.packs:  # both in one row of their real tokens, 5 + 3 (batching.pack_rows)
-        assert calls == [(1, 8), (1, 8)]
+        assert calls == [lone, (1, 8)]
     else:  # a batch of two at fp32: the eager model (compiled_module.batch_limit)
         assert len(calls) == 1
     _, classifier, _ = engines["BertForSequenceClassification"]
@@ -122,7 +125,8 @@ def test_a_few_inputs_packed_in_one_row_give_each_inputs_own_numbers(compiled_pa
             rows.append({"input_ids": ids, "token_type_ids": [0] * (n // 2) + [1] * (n - n // 2), "attention_mask": [1] * n})
         shapes.clear()
         packed = fast.forward(rows)
-        assert [shape for shape, _ in shapes] == [(1, -(-sum(lengths) // 8) * 8)] and shapes[0][1] == count
+        bucket = 1 if fast._compiled.shapes_free else 8  # bertkit's AVX2 GEMMs: no padding to a multiple of 8
+        assert [shape for shape, _ in shapes] == [(1, -(-sum(lengths) // bucket) * bucket)] and shapes[0][1] == count
         for row, got, want in zip(rows, packed, eager.forward(rows)):
             alone = fast.forward([row])[0]["last_hidden_state"]
             assert got["last_hidden_state"].shape == (len(row["input_ids"]), 32)

@@ -30,12 +30,17 @@ def test_one_input_is_padded_to_the_fine_bucket_and_several_to_the_coarse_one():
 
 
 def test_a_lone_input_runs_at_its_bucket_with_the_models_numbers(engine):
+    # The bucket is SINGLE_LENGTH_BUCKET's, or the input's own length where the fp32 GEMMs are
+    # bertkit's AVX2 op, which makes nothing per shape (the avx2 class: engine.shapes_free)
+    from bertkit.inference.engine import shapes_free
+
+    assert engine.lone_bucket == (1 if shapes_free(engine.kernels) else SINGLE_LENGTH_BUCKET)
     texts = ["a lone request from a search box", "short", "a third one, a little longer than the first"]
     seen = []
     single = engine.forward(engine.encode(texts[:1]), on_batch=lambda rows, tokens: seen.append((rows, tokens)))
     rows = engine.encode(texts[:1])
     n = len(rows[0]["input_ids"])
-    assert seen == [(1, -(-n // SINGLE_LENGTH_BUCKET) * SINGLE_LENGTH_BUCKET)] and n % SINGLE_LENGTH_BUCKET
+    assert seen == [(1, -(-n // engine.lone_bucket) * engine.lone_bucket)] and n % SINGLE_LENGTH_BUCKET
     ids = torch.tensor([rows[0]["input_ids"]])
     with torch.no_grad():
         direct = engine.model(input_ids=ids, token_type_ids=torch.zeros_like(ids)).last_hidden_state[0]

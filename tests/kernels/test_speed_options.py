@@ -328,10 +328,17 @@ def test_unpadding_decision():
 
 def test_small_unpadded_counts_round_to_eight_up_to_unpad_fine_rows():
     """The engine's rounding (inference/engine.engine_kernels): 64-row steps for oneDNN's shapes, but a
-    count of at most 128 tokens to a multiple of 8, the row counts its padded lone inputs make."""
-    from bertkit.inference.engine import engine_kernels
-    options = engine_kernels(kernels.PROCESS_DEFAULT)
+    count of at most 128 tokens to a multiple of 8, the row counts its padded lone inputs make; with
+    bertkit's AVX2 GEMM (no kernel made per shape) 8-row steps throughout."""
+    from bertkit.inference.engine import engine_kernels, shapes_free
+    from bertkit.kernels import graph_gemm
+
+    options = engine_kernels(kernels.PROCESS_DEFAULT.replace(packed_weights="onednn"))
     assert (options.unpad, options.unpad_multiple, options.unpad_fine_rows) == ("always", 64, 128)
+    if torch._C.has_mkl and graph_gemm.eager_ops():  # the ops' library calls MKL (x86 torch)
+        own = engine_kernels(kernels.PROCESS_DEFAULT.replace(packed_weights="bertkit"))
+        assert shapes_free(own) and (own.unpad_multiple, own.unpad_fine_rows) == (8, 128)
+        assert engine_kernels(own, unpad="auto").unpad_multiple == 64  # a GPU's: no packs there
 
     def rows(lengths, T=64):
         mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
