@@ -231,10 +231,10 @@ class InferenceEngine:
             freeze_encoders(self.model)
         self.config = self.model.config
         self.precision = resolve_precision(precision, self.device)
-        # A lone input's padded length: a multiple of SINGLE_LENGTH_BUCKET (few oneDNN shapes), or its
-        # own where the fp32 kernels make nothing per shape (int8's fbgemm keeps the buckets)
         # the kernel options the model computes with (held by its modules: BertPreTrainedModel.hold_kernels)
         self.kernels = next((m.kernels for m in self.model.modules() if isinstance(m, HoldsKernelOptions)), None)
+        # A lone input's padded length: a multiple of SINGLE_LENGTH_BUCKET (few oneDNN shapes), or its
+        # own where the fp32 kernels make nothing per shape (int8's fbgemm keeps the buckets)
         free = self.device.type == "cpu" and quantize == "none" and self.precision == "fp32" \
             and self.kernels is not None and shapes_free(self.kernels)
         self.lone_bucket = 1 if free else SINGLE_LENGTH_BUCKET

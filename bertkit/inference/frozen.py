@@ -193,9 +193,9 @@ class FrozenEncoder(BertEncoder):
         if type(self.layer[0].attention.self.query) is Int8QKV:
             cpu_fp32 = x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
             return "int8" if cpu_fp32 and not exporting() else None
-        if packing_mode(options) not in ("onednn", "bertkit") or not options.fused_qkv:
+        if options.packed_weights not in ("onednn", "bertkit") or not options.fused_qkv:
             return None
-        return packed_dtype(x, options)
+        return packed_dtype(x, options)  # ("bertkit" where its op is not built: the oneDNN packs, packing_mode)
 
     def forward(self, x, layout: Padded, output_hidden_states=False, output_attentions=False):
         mode = self._flat_mode(x, output_hidden_states, output_attentions)

@@ -162,7 +162,7 @@ _eager: list[bool] = []
 def eager_ops() -> bool:
     """Whether eager fp32 inference may call the AVX2 GEMM op and the attention op here
     (`KernelOptions.packed_weights` "bertkit", `attention_op`): the CPU has AVX2 and FMA and the ops
-    are built (once per torch version, into the compile cache folder; ~20 s) and loaded. Decided once
+    are built (once per torch installation, into the compile cache folder; ~20 s) and loaded. Decided once
     per process; False, with one warning, where they cannot be built (no C++ compiler): the oneDNN
     packs and torch's attention run instead."""
     if not _eager:

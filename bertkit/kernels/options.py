@@ -30,7 +30,7 @@ ONEDNN_MODES = ("training", "inference", "always", "never")
 ATTENTION_MODES = ("auto", "sdpa", "explicit", "eager")
 # fp32 inference Linears with their weights packed once for a GEMM library (kernels/packed.py):
 # "mkl" (MKL's packed sgemm), "onednn" (oneDNN's blocked layout, the GELU as a post-op), "bertkit"
-# (bertkit's AVX2 / FMA GEMM op, kernels/graph_gemm.py, which packs each weight on its first call), "none".
+# (bertkit's AVX2 / FMA GEMM op, kernels/graph_gemm.py, from its panels of 16 columns), "none".
 PACKED_WEIGHTS_MODES = ("none", "mkl", "onednn", "bertkit")
 
 
@@ -138,7 +138,7 @@ class KernelOptions:
     # fp32 inference attention on the CPU through bertkit's attention op (kernels/graph_gemm.py: its
     # AVX2 kernels, any sequence up to 512 tokens; on the packed rows, or a batch with no padding),
     # per class (ATTENTION_OP_BY_CLASS); torch's attention wherever the op is not built or applies.
-    attention_op: bool = dataclasses.field(default_factory=lambda: default_attention_op())
+    attention_op: bool = dataclasses.field(default_factory=default_attention_op)
     # With packed attention, sequences grouped by length rounded up to a multiple of this and each
     # group run as one masked attention call (0: one call per sequence; causal models always are).
     attention_bucket: int = 0
