@@ -785,6 +785,31 @@ __attribute__((target("avx2,fma"))) inline __m256 exp_nonpositive8(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(exponent)), alive);
 }
 
+// The context of R query rows: their probabilities (row r at probs + r * stride) times v, 8
+// dimensions at a time, even and odd keys in separate sums; rows r < `rows` stored at o[r].
+template <int R>
+__attribute__((target("avx2,fma"))) inline void context_rows8(const HeadProblem& p, const float* probs, int64_t stride,
+                                                              float* const* o, int64_t rows) {
+  for (int64_t e = 0; e < p.d; e += 8) {
+    __m256 even[R], odd[R];
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 1 < p.t; j += 2) {
+      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e), vb = _mm256_loadu_ps(p.v + (j + 1) * p.v_stride + e);
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
+        even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j), va, even[r]);
+        odd[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j + 1), vb, odd[r]);
+      }
+    }
+    if (j < p.t) {
+      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e);
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)
+        even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j), va, even[r]);
+    }
+    for (int64_t r = 0; r < rows; ++r) _mm256_storeu_ps(o[r] + e, _mm256_add_ps(even[r], odd[r]));
+  }
+}
+
 template <int C, int R>
 __attribute__((target("avx2,fma"))) void query_rows8(const HeadProblem& p, const float* kt, int64_t i, float* probs) {
   const float* q[R];
@@ -821,23 +846,7 @@ __attribute__((target("avx2,fma"))) void query_rows8(const HeadProblem& p, const
     __m256 inverse = _mm256_set1_ps(total > 0.0f ? 1.0f / total : 0.0f);
     _Pragma("GCC unroll 8") for (int c = 0; c < C; ++c) _mm256_store_ps(probs + (r * C + c) * 8, _mm256_mul_ps(s[r][c], inverse));
   }
-  for (int64_t e = 0; e < p.d; e += 8) {  // context: the probabilities times v, 8 dimensions at a time
-    __m256 even[R], odd[R];
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 1 < p.t; j += 2) {
-      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e), vb = _mm256_loadu_ps(p.v + (j + 1) * p.v_stride + e);
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-        even[r] = _mm256_fmadd_ps(_mm256_set1_ps(probs[r * C * 8 + j]), va, even[r]);
-        odd[r] = _mm256_fmadd_ps(_mm256_set1_ps(probs[r * C * 8 + j + 1]), vb, odd[r]);
-      }
-    }
-    if (j < p.t) {
-      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e);
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) even[r] = _mm256_fmadd_ps(_mm256_set1_ps(probs[r * C * 8 + j]), va, even[r]);
-    }
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) _mm256_storeu_ps(o[r] + e, _mm256_add_ps(even[r], odd[r]));
-  }
+  context_rows8<R>(p, probs, C * 8, o, R);
 }
 
 template <int C>
@@ -919,24 +928,9 @@ __attribute__((target("avx2,fma"))) void attend_head8_long(const HeadProblem& p)
       const __m256 inverse = _mm256_set1_ps(1.0f / reduce_add8(sum));  // the top key gives e^0 = 1
       for (int64_t j = 0; j < lp; j += 8) _mm256_store_ps(row + j, _mm256_mul_ps(_mm256_load_ps(row + j), inverse));
     }
-    for (int64_t e = 0; e < d; e += 8) {  // context: the probabilities times v, 8 dimensions at a time
-      __m256 even[kLongRows], odd[kLongRows];
-      _Pragma("GCC unroll 4") for (int r = 0; r < kLongRows; ++r) even[r] = odd[r] = _mm256_setzero_ps();
-      int64_t j = 0;
-      for (; j + 1 < p.t; j += 2) {
-        __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e), vb = _mm256_loadu_ps(p.v + (j + 1) * p.v_stride + e);
-        _Pragma("GCC unroll 4") for (int r = 0; r < kLongRows; ++r) {
-          even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * lp + j), va, even[r]);
-          odd[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * lp + j + 1), vb, odd[r]);
-        }
-      }
-      if (j < p.t) {
-        __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e);
-        _Pragma("GCC unroll 4") for (int r = 0; r < kLongRows; ++r)
-          even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * lp + j), va, even[r]);
-      }
-      for (int64_t r = 0; r < rows; ++r) _mm256_storeu_ps(p.out + (i + r) * p.out_stride + e, _mm256_add_ps(even[r], odd[r]));
-    }
+    float* out[kLongRows];
+    for (int64_t r = 0; r < kLongRows; ++r) out[r] = p.out + std::min(i + r, p.t - 1) * p.out_stride;
+    context_rows8<kLongRows>(p, probs, lp, out, rows);
   }
 }
 
