@@ -41,12 +41,15 @@ are built for those), and bertkit's own source (what the graph records). fp32 or
 the numbers are the eager model's within float rounding at fp32 (tested within 1e-4), within
 bf16's rounding at bf16.
 
-At int8 (`--quantize int8 --compile`, a CPU with VNNI) the graph is made from the engine's int8
+At int8 (`--quantize int8 --compile`, a CPU with VNNI, or AVX2 for bertkit's AVX2 int8 op) the
+graph is made from the engine's int8
 model: the same int8 weights, but the packed fbgemm layers and their per-call outlier split cannot
 be exported, so the graph quantises each token's activations with its own scale
 (kernels/int8.RowInt8Linear) and runs oneDNN's int8 GEMM (`torch._int_mm`) between fused loops; on
 a CPU with AMX, bertkit's AMX int8 op instead (kernels/graph_gemm.py: the same int32 sums, 1.3-1.5x
-on all-MiniLM-L6-v2's lone inputs). Its numbers are that per-token scheme's, not the eager int8
+on all-MiniLM-L6-v2's lone inputs); on AVX2 without VNNI, where oneDNN's int8 pair sums would
+saturate, bertkit's AVX2 int8 op (the same exact sums, on the ops' own threads; 1.8x the eager int8
+engine on one all-MiniLM-L6-v2 input, AMD EPYC Zen 3). Its numbers are that per-token scheme's, not the eager int8
 engine's per-tensor ones; its accuracy on fine-tuned MRPC and SST-2 is in docs/speed.md
 (benchmarks/int8_accuracy.py --compiled).
 """
@@ -180,7 +183,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "amx int8 op" if int8_gemm else "inductor's",
+             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
              "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
              "attention": "bertkit op" if attention_op else "sdpa",
@@ -235,10 +238,12 @@ class CompiledLoneInput:
         # bertkit's own AVX2 / FMA GEMM where AVX2 is the CPU's widest vector unit (oneDNN's is slower there)
         self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and graph_gemm.fma_applies() \
             and _fma_op_loaded(folder)
-        self.int8_gemm = gemm_ops and precision == "int8" and cpu_features().amx and _amx_int8_op(folder)
+        self.int8_gemm = gemm_ops and precision == "int8" and _own_int8_op(folder)
+        # The AVX2 GEMMs (fp32, and int8 without VNNI) run on the ops' own threads (graph_gemm.cpp, Team)
+        self.avx2_ops = self.fma_gemm or (self.int8_gemm and not cpu_features().amx)
         # With bertkit's AVX2 GEMMs nothing in the graph is made per row count (inductor's loops take
         # any length): a lone input goes at its own length rather than padded to a multiple of 8
-        self.shapes_free = self.fma_gemm
+        self.shapes_free = self.avx2_ops
         self.attention_op = attention_op and uses_attention_op(precision, folder)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
@@ -305,10 +310,10 @@ class CompiledLoneInput:
                                           fma=self.fma_gemm) \
                 if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
-            # With the AVX2 op every GEMM and attention runs on the ops' own threads, which never wait
+            # With the AVX2 ops every GEMM and attention runs on the ops' own threads, which never wait
             # for a sleeping one (graph_gemm.cpp, Team); inductor's loops stay on the calling thread
             # rather than wake libgomp's team (whose first region after a rest waits for its worker).
-            loops = {"cpp.threads": 1} if self.fma_gemm and self.attention_op else {}
+            loops = {"cpp.threads": 1} if self.avx2_ops and self.attention_op else {}
             with torch.no_grad(), inductor_config.patch(freezing=True, **loops), recording:
                 program = torch.export.export(wrapped, inputs, dynamic_shapes=dynamic)
                 with tempfile.TemporaryDirectory(dir=folder, prefix=".compiling-") as work:
@@ -362,6 +367,15 @@ def _amx_int8_op(folder: Path) -> bool:
     return _graph_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
 
 
+def _own_int8_op(folder: Path) -> bool:
+    """The int8 graph's GEMM op running a kernel of bertkit's here: AMX tiles where the CPU has them
+    (and Linux lends them), AVX2 where it has neither VNNI nor AMX (kernels/graph_gemm.py)."""
+    if cpu_features().amx:
+        return _amx_int8_op(folder)
+    return not cpu_features().vnni and _graph_op("the AVX2 int8 GEMM op", lambda: graph_gemm.avx2_int8(folder),
+                                                 instead="no int8 graph")
+
+
 def uses_attention_op(precision: str, folder: Path) -> bool:
     """Whether a graph of this precision records bertkit's attention op for short inputs
     (kernels/graph_gemm.py): fp32 and int8 (whose attention is fp32) on CPUs with AVX-512 or AVX2
@@ -386,9 +400,18 @@ def _first_line(error: Exception, limit: int) -> str:
 
 
 def check_int8_cpu() -> None:
-    if not cpu_features().vnni:  # oneDNN's int8 GEMM would saturate its int16 pair sums
-        raise BertkitError("compile at int8 needs a CPU with VNNI (AVX512_VNNI or AVX_VNNI), which this one lacks; "
-                           "run int8 without --compile")
+    """Compiling at int8 needs VNNI (oneDNN's int8 GEMM would saturate its int16 pair sums without
+    it) or, on an AVX2 CPU, bertkit's AVX2 int8 op (built into the compile cache folder: ~20 s once)."""
+    if cpu_features().vnni:
+        return
+    try:
+        avx2 = graph_gemm.avx2_int8(cache_dir())
+    except (RuntimeError, OSError) as e:
+        raise BertkitError(f"compile at int8 on a CPU without VNNI needs bertkit's AVX2 int8 op, which could not be "
+                           f"built ({_first_line(e, 200)}); run int8 without --compile") from None
+    if not avx2:
+        raise BertkitError("compile at int8 needs a CPU with VNNI (AVX512_VNNI or AVX_VNNI) or AVX2, which this one "
+                           "lacks; run int8 without --compile")
 
 
 def _package_loader():

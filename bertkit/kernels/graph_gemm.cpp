@@ -3,8 +3,9 @@
 //   bertkit_mkl_linear(x, weight, bias)        fp32: MKL's packed sgemm, for any row count
 //   bertkit_fma_linear(x, weight, bias)        fp32: bertkit's AVX2 / FMA kernel, for any row count
 //   bertkit_int8_linear(q, row_scale, weight, weight_scale, bias)
-//                                              int8: per-row int8 x per-column int8 on AMX tiles,
-//                                              its scales and bias applied as the sums leave the tiles
+//                                              int8: per-row int8 x per-column int8 on AMX tiles
+//                                              (on AVX2 without VNNI, VPMADDUBSW), its scales and
+//                                              bias applied as the sums are stored
 //   bertkit_attention(q, k, v, mask, heads)    fp32 attention of a short input (up to 64 keys) on
 //                                              AVX-512 or AVX2 (on AVX2 up to 512), longer ones
 //                                              through torch's SDPA
@@ -591,6 +592,102 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) void int8_columns(const Int
   _tile_release();
 }
 
+// ---- int8 on AVX2 (CPUs without VNNI or AMX)
+//
+// VPMADDUBSW multiplies unsigned by signed bytes and adds each pair into an int16, saturating. Both
+// operands here are signed (symmetric, |value| <= 127), so the activation's sign moves onto the
+// weight: |a| x (w x sign a), whose pair sums stay within 2 x 127 x 127 = 32258 < 32767. The sums are
+// exact, the same int32 sums as VNNI, AMX and oneDNN's `_int_mm` give (ggml's AVX2 int8 dot product
+// does the same). VPMADDWD by ones widens the pairs to int32. The pack is the AMX one (int8_pack):
+// per 16 columns, each group of 4 K values is 64 bytes, columns 0-7 then 8-15 (one register each).
+// Four input rows at a time keep their 4 x 16 sums in eight registers.
+
+constexpr int64_t kInt8Rows = 4, kInt8RowChunk = 128;
+
+bool vnni_present() {
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  bool avx512_vnni = (ecx >> 11) & 1;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  bool avx_vnni = (eax >> 4) & 1;
+  return avx512_vnni || avx_vnni;
+}
+
+// Whether bertkit_int8_linear runs the AVX2 kernel: AVX2 without VNNI or AMX (oneDNN's s8 GEMM would
+// saturate its int16 pair sums there).
+bool avx2_int8_usable() {
+  static const bool usable = fma_usable() && !amx_usable() && !vnni_present();
+  return usable;
+}
+
+#define BERTKIT_INT8_ROWS(X) X(0) X(1) X(2) X(3)
+template <int R>
+__attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t lda, const int8_t* block, int64_t kp,
+                                                         const float* row_scale, const float* column_scale,
+                                                         const float* bias, float* y, int64_t ldy, int64_t columns) {
+  const __m256i ones = _mm256_set1_epi16(1);
+#define BERTKIT_START(r) __m256i low##r = _mm256_setzero_si256(), high##r = _mm256_setzero_si256();
+  BERTKIT_INT8_ROWS(BERTKIT_START)
+  _Pragma("GCC unroll 2") for (int64_t i = 0; i < kp; i += 4) {
+    const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));
+    const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32));
+#define BERTKIT_DOT(r)                                                                                     \
+    if constexpr (r < R) {                                                                                 \
+      int32_t word;                                                                                        \
+      std::memcpy(&word, a + r * lda + i, sizeof(word));                                                   \
+      const __m256i x = _mm256_set1_epi32(word), magnitude = _mm256_abs_epi8(x);                           \
+      low##r = _mm256_add_epi32(low##r, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b_low, x)), ones)); \
+      high##r = _mm256_add_epi32(high##r, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b_high, x)), ones)); \
+    }
+    BERTKIT_INT8_ROWS(BERTKIT_DOT)
+  }
+  alignas(32) float scale[kBlock] = {}, start[kBlock] = {}, last[kBlock];
+  std::memcpy(scale, column_scale, columns * sizeof(float));
+  if (bias != nullptr) std::memcpy(start, bias, columns * sizeof(float));
+  const __m256 scale_low = _mm256_load_ps(scale), scale_high = _mm256_load_ps(scale + 8);
+  const __m256 bias_low = _mm256_load_ps(start), bias_high = _mm256_load_ps(start + 8);
+#define BERTKIT_STORE(r)                                                                                   \
+  if constexpr (r < R) {                                                                                   \
+    const __m256 s = _mm256_set1_ps(row_scale[r]);                                                         \
+    const __m256 out_low = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(low##r), s), scale_low, bias_low);     \
+    const __m256 out_high = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(high##r), s), scale_high, bias_high); \
+    if (columns == kBlock) {                                                                               \
+      _mm256_storeu_ps(y + r * ldy, out_low);                                                              \
+      _mm256_storeu_ps(y + r * ldy + 8, out_high);                                                         \
+    } else {                                                                                               \
+      _mm256_store_ps(last, out_low);                                                                      \
+      _mm256_store_ps(last + 8, out_high);                                                                 \
+      std::memcpy(y + r * ldy, last, columns * sizeof(float));                                             \
+    }                                                                                                      \
+  }
+  BERTKIT_INT8_ROWS(BERTKIT_STORE)
+#undef BERTKIT_START
+#undef BERTKIT_DOT
+#undef BERTKIT_STORE
+}
+#undef BERTKIT_INT8_ROWS
+
+using Int8Kernel = void (*)(const int8_t*, int64_t, const int8_t*, int64_t, const float*, const float*, const float*,
+                            float*, int64_t, int64_t);
+constexpr Int8Kernel kInt8Kernels[kInt8Rows] = {&int8_rows_avx2<1>, &int8_rows_avx2<2>, &int8_rows_avx2<3>,
+                                                &int8_rows_avx2<4>};
+
+// An item is one 16-column block times one chunk of rows, claimed one at a time on the Team (as fma_compute).
+void int8_avx2(const Int8Problem& p) {
+  const int64_t blocks = padded(p.n, kBlock) / kBlock, chunks = (p.m + kInt8RowChunk - 1) / kInt8RowChunk;
+  const int64_t block_bytes = (p.kp / 4) * kBlock * 4;
+  run_items(Threads::team, chunks * blocks, [&](int64_t item) {
+    int64_t chunk = item / blocks * kInt8RowChunk, chunk_end = std::min(p.m, chunk + kInt8RowChunk), j = item % blocks;
+    int64_t column = j * kBlock, columns = std::min(kBlock, p.n - column);
+    for (int64_t r = chunk; r < chunk_end; r += kInt8Rows) {
+      int64_t rows = std::min(kInt8Rows, chunk_end - r);
+      kInt8Kernels[rows - 1](p.a + r * p.kp, p.kp, p.b + j * block_bytes, p.kp, p.row_scale + r, p.weight_scale + column,
+                             p.bias ? p.bias + column : nullptr, p.y + r * p.n + column, p.n, columns);
+    }
+  });
+}
+
 // (M, K) int8 rows q, their (M, 1) scales, the (K, N) int8 weight (any strides), its (N,) scales
 // and bias -> (M, N) fp32: (q @ weight) * row_scale * weight_scale + bias.
 at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const at::Tensor& weight,
@@ -604,7 +701,8 @@ at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const a
   auto scales = row_scale.to(at::kFloat).contiguous().view({m});
   auto column_scales = weight_scale.to(at::kFloat).contiguous();
   at::Tensor bias_values = has_bias ? bias->to(at::kFloat).contiguous() : at::Tensor();
-  if (!amx_usable() || m == 0 || n == 0 || k == 0) {  // oneDNN's s8 GEMM: the same sums, without the tiles
+  const bool amx = amx_usable(), avx2 = !amx && avx2_int8_usable();
+  if ((!amx && !avx2) || m == 0 || n == 0 || k == 0) {  // oneDNN's s8 GEMM: the same sums, without the tiles
     auto y = at::_int_mm(q.contiguous(), weight).to(at::kFloat) * scales.view({m, 1}) * column_scales;
     return has_bias ? y + bias_values : y;
   }
@@ -616,6 +714,10 @@ at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const a
   Int8Problem problem{rows.data_ptr<int8_t>(), m, kp, n, pack.data_ptr<int8_t>(), scales.data_ptr<float>(),
                       column_scales.data_ptr<float>(), has_bias ? bias_values.data_ptr<float>() : nullptr,
                       y.data_ptr<float>()};
+  if (avx2) {
+    int8_avx2(problem);
+    return y;
+  }
   at::parallel_for(0, padded(n, kQuad) / kQuad, 1, [&](int64_t quad0, int64_t quad1) {
     int8_columns(problem, quad0, quad1);
   });
@@ -1050,6 +1152,7 @@ at::Tensor attention_eager(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 bool amx_int8() { return amx_usable(); }
+bool avx2_int8() { return avx2_int8_usable(); }
 }  // namespace
 
 TORCH_LIBRARY(bertkit, m) {
@@ -1058,6 +1161,7 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_fma_usable() -> bool", &fma_usable);  // whether bertkit_fma_linear runs its own kernel here
   m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
+  m.def("bertkit_avx2_int8() -> bool", &avx2_int8);  // whether it runs its AVX2 kernel here (no VNNI, no AMX)
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   // the same two ops on torch's OpenMP threads, for eager models (run_items)
   m.def("bertkit_fma_pack(Tensor weight) -> Tensor");

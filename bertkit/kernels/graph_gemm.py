@@ -26,7 +26,9 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   on AMX tiles (TDPBSSD, exact int32 sums as oneDNN's `_int_mm` gives), the row's and the column's
   scale and the bias applied as the sums leave the tiles. torch's `_int_mm` has no AMX kernel on the
   CPU (oneDNN's VNNI one, with its per-call set-up); the op is 1.2-3.4x faster on the encoder's
-  shapes (8-2048 rows, scales and bias included).
+  shapes (8-2048 rows, scales and bias included). On AVX2 CPUs without VNNI (or AMX), where oneDNN's
+  int8 GEMM would saturate its int16 pair sums, an AVX2 kernel (VPMADDUBSW with the activation's
+  sign moved onto the weight: the same exact int32 sums) on the ops' own threads (`avx2_int8`).
 
 * `bertkit::bertkit_attention(q, k, v, mask, heads)`, the fp32 attention of the fp32 and int8 graphs
   on CPUs with AVX-512 or AVX2 (recorded by kernels/layout.Padded): for up to 64 keys a head's scores stay
@@ -281,6 +283,20 @@ def amx_int8(folder: Path) -> bool:
     use them); builds and loads the ops first. Raises RuntimeError as load() does."""
     load(folder)
     return bool(torch.ops.bertkit.bertkit_amx_int8())
+
+
+def avx2_int8(folder: Path) -> bool:
+    """Whether the int8 op runs its AVX2 kernel here (AVX2 without VNNI or AMX, where oneDNN's int8
+    GEMM would saturate its int16 pair sums); builds and loads the ops first. Raises RuntimeError as
+    load() does."""
+    load(folder)
+    return bool(torch.ops.bertkit.bertkit_avx2_int8())
+
+
+def own_int8(folder: Path) -> bool:
+    """Whether the int8 op runs a kernel of bertkit's here (AMX tiles, or AVX2 without VNNI) rather
+    than oneDNN's `_int_mm`; builds and loads the ops first. Raises RuntimeError as load() does."""
+    return amx_int8(folder) or avx2_int8(folder)
 
 
 def short_attention(folder: Path) -> bool:

@@ -227,11 +227,30 @@ def test_a_failed_compile_is_one_line_and_leaves_no_package(tiny_model_dir, cach
     assert list(cache.glob("*.pt2")) == [] and list(cache.iterdir()) == []
 
 
-def test_int8_without_vnni_is_refused_in_one_line(tiny_model_dir, monkeypatch):
+# Where a graph at int8 compiles: VNNI (oneDNN's int8 GEMM, or AMX), else bertkit's AVX2 int8 op
+INT8_GRAPH = cpu_features().vnni or (torch._C.has_mkl and cpu_features().cpu_class in ("avx2", "avx512"))
+
+
+def test_int8_without_vnni_or_the_avx2_op_is_refused_in_one_line(tiny_model_dir, monkeypatch):
+    # Without VNNI the int8 graph needs bertkit's AVX2 int8 op: on a CPU without AVX2, or where the op
+    # cannot be built, compile at int8 is refused, in one line, before anything is compiled.
+    from bertkit.kernels import graph_gemm
+
     monkeypatch.setattr(compiled_module, "cpu_features", lambda: CpuFeatures(avx512=False, bf16=False, amx=False, vnni=False))
-    with pytest.raises(BertkitError, match="compile at int8 needs a CPU with VNNI") as caught:
+    monkeypatch.setattr(graph_gemm, "avx2_int8", lambda folder: False)
+    with pytest.raises(BertkitError, match="compile at int8 needs a CPU with VNNI .* or AVX2") as caught:
         InferenceEngine(tiny_model_dir, compile=True, quantize="int8")
     assert "\n" not in str(caught.value)
+
+    def no_compiler(folder):
+        raise RuntimeError("no C++ compiler (c++ or g++, or $CXX)\nmore")
+
+    monkeypatch.setattr(graph_gemm, "avx2_int8", no_compiler)
+    with pytest.raises(BertkitError, match=r"AVX2 int8 op, which could not be built \(no C\+\+ compiler") as caught:
+        InferenceEngine(tiny_model_dir, compile=True, quantize="int8")
+    assert "\n" not in str(caught.value)
+    monkeypatch.setattr(compiled_module, "cpu_features", lambda: CpuFeatures(avx512=True, bf16=False, amx=False, vnni=True))
+    compiled_module.check_int8_cpu()  # with VNNI the op is not needed
 
 
 def test_a_row_int8_linear_is_per_token_int8_of_the_same_weights():
@@ -314,7 +333,7 @@ def test_the_graph_copy_moves_the_exact_gelu_into_the_output_projection(tiny_mod
         assert 0 < (got - want).abs().max() < 0.05  # not the same module, the same numbers to int8's rounding
 
 
-@pytest.mark.skipif(not cpu_features().vnni, reason="compile at int8 needs VNNI; refused without it (test above)")
+@pytest.mark.skipif(not INT8_GRAPH, reason="compile at int8 needs VNNI or AVX2; refused without (test above)")
 def test_int8_compiles_the_quantised_weights_per_token(tiny_model_dir, cache, one_thread):
     """quantize int8 with compile: a lone input runs the graph, which computes what the per-token int8
     model (kernels/int8.int8_for_graph) computes eagerly, on the eager int8 engine's weights, as close to
@@ -625,23 +644,35 @@ def _int8_case(m: int, k: int, n: int):
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
-@pytest.mark.skipif(not cpu_features().vnni, reason="without AMX the op is oneDNN's _int_mm, whose int8 pair sums "
-                                                    "saturate without VNNI (the int8 graph is refused there)")
+@pytest.mark.skipif(not INT8_GRAPH, reason="without AMX or AVX2 the op is oneDNN's _int_mm, whose int8 pair sums "
+                                           "saturate without VNNI (the int8 graph is refused there)")
 def test_the_graphs_int8_op_gives_the_exact_int8_sums_with_their_scales(tmp_path):
     """bertkit_int8_linear against the definition: int32 sums of int8 products (exact, as oneDNN's
     `_int_mm`), times the row's and the column's scale, plus the bias; on AMX tiles where the CPU
-    has them, for row counts, widths and depths that are not whole tiles too."""
+    has them, with the AVX2 kernel where it has neither AMX nor VNNI, for row counts, widths and
+    depths that are not whole tiles or register blocks too, and at the extremes of int8 (where the
+    AVX2 kernel's 16-bit pair sums would saturate were the products not kept within them)."""
     from bertkit.kernels import graph_gemm
 
     graph_gemm.load(tmp_path / "ops")
     assert torch.ops.bertkit.bertkit_amx_int8() == graph_gemm.amx_int8(tmp_path / "ops")
     if cpu_features().amx:  # Linux lets a process use the tiles it asks for
         assert torch.ops.bertkit.bertkit_amx_int8()
+    assert graph_gemm.avx2_int8(tmp_path / "ops") == (not cpu_features().amx and not cpu_features().vnni)
     torch.manual_seed(0)
     kept = []  # packs are kept per weight address: the weights live through the test
-    for m, k, n in ((1, 384, 384), (7, 100, 50), (16, 64, 64), (17, 384, 1152), (40, 1536, 384), (33, 768, 96),
-                    (64, 72, 200), (130, 384, 64), (0, 64, 64)):
-        q, row_scale, weight, weight_scale, bias = case = _int8_case(m, k, n)
+    cases = [_int8_case(m, k, n) for m, k, n in ((1, 384, 384), (7, 100, 50), (16, 64, 64), (17, 384, 1152),
+                                                 (40, 1536, 384), (33, 768, 96), (64, 72, 200), (130, 384, 64),
+                                                 (0, 64, 64), (5, 3, 17))]
+    for sign in (1, -1):  # every product +-127 x 127: each 16-bit pair sum at its largest, 32258
+        q, row_scale, weight, weight_scale, bias = _int8_case(6, 1536, 40)
+        q.fill_(127 * sign)
+        q[1::2] *= -1
+        weight.copy_(torch.where(torch.rand(weight.shape) < 0.5, 127, -127).to(torch.int8))
+        cases.append((q, row_scale, weight, weight_scale, bias))
+    for case in cases:
+        q, row_scale, weight, weight_scale, bias = case
+        m, n = q.shape[0], weight.shape[1]
         kept.append(case)
         sums = (q.long() @ weight.long()).double()
         want = (sums * row_scale.double() * weight_scale.double() + bias.double()).float()
@@ -701,6 +732,28 @@ def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model
         zeros = torch.zeros_like(ids)
         # the _int_mm graph takes 4 inputs at most: 8 go through it in halves (per token, rows are independent)
         want = torch.cat([onednn(ids[i:i + 4], mask[i:i + 4], zeros[i:i + 4])[0] for i in range(0, batch, 4)])
+        torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not INT8_GRAPH or cpu_features().vnni, reason="the AVX2 int8 op is for CPUs without VNNI or AMX")
+def test_the_int8_graph_on_avx2_calls_the_avx2_op_on_the_ops_threads(tiny_model_dir, cache, one_thread):
+    # Without VNNI the int8 graph compiles with bertkit's AVX2 int8 op for every encoder Linear, inductor's
+    # loops on the calling thread (the GEMMs and the attention on the ops' Team), lone inputs at their
+    # own lengths; it computes what the per-token int8 model computes eagerly.
+    from bertkit.kernels import graph_gemm
+
+    model = quantize_int8(BertModel.from_pretrained(tiny_model_dir).eval())
+    ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8")
+    assert ours.int8_gemm and ours.avx2_ops and ours.shapes_free and not ours.mkl_gemm and not ours.fma_gemm
+    assert _wrapper_source(ours.path).count(f"{graph_gemm.INT8_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
+    reference = int8_for_graph(model)
+    torch.manual_seed(0)
+    for batch, length in ((1, 3), (1, 29), (2, 17), (4, 64)):
+        ids = torch.randint(1000, 5000, (batch, length))
+        mask = torch.ones_like(ids)
+        zeros = torch.zeros_like(ids)
+        with torch.no_grad():
+            want = reference(ids, mask, zeros).last_hidden_state
         torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
 
 
