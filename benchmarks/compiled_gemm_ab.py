@@ -1,16 +1,19 @@
 """The compiled graph with bertkit's GEMM ops (kernels/graph_gemm.py: MKL's packed sgemm at fp32, the
 AMX int8 GEMM at int8) against the same graph with inductor's (oneDNN's), one input at a time,
 alternated in one process (issue 39); with `--op attention`, the graph with bertkit's attention op
-for short inputs against the same graph with torch's SDPA (both with bertkit's GEMMs).
+for short inputs against the same graph with torch's SDPA (both with bertkit's GEMMs); with `--op
+seven` (int8, AVX2 without VNNI), the int8 graph with 7-bit activations against the exact 8-bit
+AVX2 op.
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
     python benchmarks/compiled_gemm_ab.py --rest 0 --lengths 128,256
     python benchmarks/compiled_gemm_ab.py --precision int8         # the engine's int8 weights, per-token graph
     python benchmarks/compiled_gemm_ab.py --op attention [--precision int8]
+    python benchmarks/compiled_gemm_ab.py --op seven               # int8: 7-bit against 8-bit activations
 
 Both graphs are compiled (or loaded from the compile cache) from the same weights, one with
-`gemm_ops=False` (`attention_op=False` with `--op attention`). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
+`gemm_ops=False` (`attention_op=False` with `--op attention`, `seven_bit=False` with `--op seven`). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
 in turns, each call after `--rest` seconds without any. Prints the medians and the paired median of
 per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there
 (compiled_gemm_ab_int8_... at int8; compiled_attention_ab_... with `--op attention`).
@@ -44,9 +47,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
-    parser.add_argument("--op", default="gemm", choices=("gemm", "attention"), help="which of bertkit's graph ops to A/B")
+    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven"),
+                        help="which of bertkit's graph ops to A/B (seven: int8 only)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
+    if args.op == "seven":
+        args.precision = "int8"
     lo, hi = (int(v) for v in args.lengths.split(","))
     torch.set_num_threads(args.threads)
 
@@ -56,13 +62,14 @@ def main() -> None:
 
         quantize_int8(model)
     base, ours = graph_names(args)
-    without = {"gemm_ops": False} if args.op == "gemm" else {"attention_op": False}
+    without = {"gemm": {"gemm_ops": False}, "attention": {"attention_op": False}, "seven": {"seven_bit": False}}[args.op]
     graphs = {base: CompiledLoneInput(model, output_names_for(model), 512, args.precision, **without),
               ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
-    applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].mkl_gemm or graphs[ours].int8_gemm
+    applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].seven if args.op == "seven" \
+        else graphs[ours].mkl_gemm or graphs[ours].int8_gemm
     if not applies:
         raise SystemExit(f"bertkit's {args.op} op does not apply on this CPU (fp32 GEMM: mkl_rows is 0; int8 GEMM: no "
-                         "AMX; attention: no AVX-512): nothing to compare")
+                         "AMX; attention: no AVX-512; seven: VNNI or AMX): nothing to compare")
 
     def one_input(length: int):
         ids = torch.randint(1000, 20000, (1, length))
@@ -108,6 +115,8 @@ def graph_names(args) -> tuple[str, str]:
     """The two graphs' names: without and with the op."""
     if args.op == "attention":
         return "SDPA", "bertkit attention"
+    if args.op == "seven":
+        return "8-bit AVX2 int8", "7-bit AVX2 int8"
     return "oneDNN GEMMs", "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
 
 

@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", action="store_true",
                         help="finetuned mode: also score int8 with each layer / kind of Linear kept fp32")
     parser.add_argument("--compiled", action="store_true",
-                        help="finetuned mode: also score int8 with --compile, each dev example alone (needs VNNI)")
+                        help="finetuned mode: also score int8 with --compile, each dev example alone (needs VNNI or AVX2)")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     if not args.data_dir:

@@ -48,8 +48,9 @@ be exported, so the graph quantises each token's activations with its own scale
 (kernels/int8.RowInt8Linear) and runs oneDNN's int8 GEMM (`torch._int_mm`) between fused loops; on
 a CPU with AMX, bertkit's AMX int8 op instead (kernels/graph_gemm.py: the same int32 sums, 1.3-1.5x
 on all-MiniLM-L6-v2's lone inputs); on AVX2 without VNNI, where oneDNN's int8 pair sums would
-saturate, bertkit's AVX2 int8 op (the same exact sums, on the ops' own threads; 1.8x the eager int8
-engine on one all-MiniLM-L6-v2 input, AMD EPYC Zen 3). Its numbers are that per-token scheme's, not the eager int8
+saturate, bertkit's AVX2 int8 op on the ops' own threads, whose activations are 7-bit (the op
+quantises each token's row over its own range, with a zero point: fbgemm's `reduce_range` on such
+CPUs, per token), 1.15x the exact 8-bit AVX2 op it keeps for `seven_bit=False`. Its numbers are that per-token scheme's, not the eager int8
 engine's per-tensor ones; its accuracy on fine-tuned MRPC and SST-2 is in docs/speed.md
 (benchmarks/int8_accuracy.py --compiled).
 """
@@ -174,7 +175,7 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
               mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM,
-              attention_op: bool = False, fma_gemm: bool = False) -> str:
+              attention_op: bool = False, fma_gemm: bool = False, seven: bool = False, avx2_ops: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -183,11 +184,12 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "int8 op" if int8_gemm else "inductor's",
+             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "7-bit int8 op" if seven
+             else "int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
              "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
              "attention": "bertkit op" if attention_op else "sdpa",
-             "loops": "calling thread" if fma_gemm and attention_op else "openmp",
+             "loops": "calling thread" if (fma_gemm or avx2_ops) and attention_op else "openmp",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              # ... and the code they run: a change to bertkit's source within a version is another graph
@@ -221,11 +223,12 @@ class CompiledLoneInput:
     eager bf16 path gives them); "int8": `model` is a quantize_int8 model, recorded per token
     (kernels/int8.int8_for_graph). `gemm_ops` False: inductor's GEMMs even where bertkit's own
     (kernels/graph_gemm.py) apply; `attention_op` False: torch's SDPA rather than bertkit's
-    attention for short inputs (fp32 and int8 graphs on AVX-512 and AVX2 CPUs); the A/Bs in
+    attention for short inputs (fp32 and int8 graphs on AVX-512 and AVX2 CPUs); `seven_bit` False: on
+    AVX2 without VNNI the exact 8-bit int8 op rather than the 7-bit one; the A/Bs in
     benchmarks/compiled_gemm_ab.py."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
-                 precision: str = "fp32", gemm_ops: bool = True, attention_op: bool = True):
+                 precision: str = "fp32", gemm_ops: bool = True, attention_op: bool = True, seven_bit: bool = True):
         _check_can_compile(model, precision)
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
@@ -239,6 +242,9 @@ class CompiledLoneInput:
         self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and graph_gemm.fma_applies() \
             and _fma_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and _own_int8_op(folder)
+        # On AVX2 without VNNI, activations of 7 bits (the op quantises each row): 1.4-1.5x the exact
+        # 8-bit kernel's speed (kernels/graph_gemm.cpp); `seven_bit` False keeps the 8-bit op there
+        self.seven = self.int8_gemm and not cpu_features().amx and seven_bit
         # The AVX2 GEMMs (fp32, and int8 without VNNI) run on the ops' own threads (graph_gemm.cpp, Team)
         self.avx2_ops = self.fma_gemm or (self.int8_gemm and not cpu_features().amx)
         # With bertkit's AVX2 GEMMs nothing in the graph is made per row count (inductor's loops take
@@ -258,7 +264,7 @@ class CompiledLoneInput:
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
-                        self.attention_op, self.fma_gemm)
+                        self.attention_op, self.fma_gemm, self.seven, self.avx2_ops)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -306,8 +312,8 @@ class CompiledLoneInput:
         wrapped = _Exported(model, self.output_names).eval()
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
-                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm, attention=self.attention_op,
-                                          fma=self.fma_gemm) \
+                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm and not self.seven,
+                                          attention=self.attention_op, fma=self.fma_gemm, seven=self.seven) \
                 if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             # With the AVX2 ops every GEMM and attention runs on the ops' own threads, which never wait

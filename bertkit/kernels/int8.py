@@ -266,6 +266,8 @@ class RowInt8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         flat = x.reshape(-1, self.in_features)
+        if graph_gemm.is_recording_seven():  # AVX2 without VNNI: the op quantises each row itself, to 7 bits
+            return self.seven(flat).reshape(*x.shape[:-1], self.out_features)
         row_scale = flat.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0  # (N, 1); a zero row stays zero
         return self.project(flat, row_scale).reshape(*x.shape[:-1], self.out_features)
 
@@ -279,6 +281,11 @@ class RowInt8Linear(nn.Module):
         # int32 -> fp32, times the row scale, times the weight scale, plus bias: one fused loop after the GEMM
         y = torch._int_mm(quantised, self.weight).to(torch.float32) * row_scale * self.weight_scale
         return y if self.bias is None else y + self.bias
+
+    def seven(self, flat: torch.Tensor) -> torch.Tensor:
+        """(N, in) fp32 -> (N, out) through bertkit's 7-bit op (kernels/graph_gemm.py): each row
+        quantised to unsigned 7-bit values over its own range, the same int8 weights."""
+        return graph_gemm.graph_int8_linear_seven(flat, self.weight, self.weight_scale, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per token"
@@ -295,6 +302,8 @@ class GeluRowInt8Linear(RowInt8Linear):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., in) pre-activations -> (..., out)
         flat = h.reshape(-1, self.in_features)
+        if graph_gemm.is_recording_seven():  # the op takes each row's range from the GELU's output itself
+            return self.seven(F.gelu(flat)).reshape(*h.shape[:-1], self.out_features)
         row_scale = flat.amax(1, keepdim=True).clamp(min=-GELU_FLOOR) / 127.0
         return self.project(F.gelu(flat), row_scale).reshape(*h.shape[:-1], self.out_features)
 

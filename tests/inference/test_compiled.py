@@ -2,6 +2,7 @@
 compiled ahead gives the eager engine's numbers; the package is made once and then loaded from the
 cache, a new one when the weights change; what compile cannot run is refused in one line."""
 
+import contextlib
 import os
 import shutil
 import threading
@@ -19,6 +20,7 @@ from bertkit import pipeline
 from bertkit.inference import InferenceEngine
 from bertkit.device import CpuFeatures, cpu_features
 from bertkit.inference import compiled as compiled_module
+from bertkit.kernels import graph_gemm
 from bertkit.kernels.int8 import GeluRowInt8Linear, Int8Linear, RowInt8Linear, int8_for_graph, quantize_int8
 
 TEXTS = ["hi", "a short query", "a somewhat longer sentence about searching " * 4, "word " * 90]
@@ -343,6 +345,10 @@ def test_int8_compiles_the_quantised_weights_per_token(tiny_model_dir, cache, on
     assert "-int8-" in fast._compiled.path.name
     eager, full = InferenceEngine(tiny_model_dir, quantize="int8"), InferenceEngine(tiny_model_dir)
     reference = int8_for_graph(eager.model)
+    # on AVX2 without VNNI the graph's activations are 7-bit (the op's): the reference runs that op too
+    def scheme():
+        return graph_gemm.recording(mkl=False, seven=True) if fast._compiled.seven else contextlib.nullcontext()
+
     calls = []
     real = fast._compiled._run
     fast._compiled._run = lambda *a: calls.append(tuple(a[0].shape)) or real(*a)
@@ -350,7 +356,7 @@ def test_int8_compiles_the_quantised_weights_per_token(tiny_model_dir, cache, on
         rows = fast.encode([text])
         got, exact = (e.forward(rows)[0]["last_hidden_state"] for e in (fast, full))
         ids = torch.tensor([rows[0]["input_ids"]])
-        with torch.no_grad():
+        with torch.no_grad(), scheme():
             want = reference(ids, torch.ones_like(ids), torch.tensor([rows[0]["token_type_ids"]])).last_hidden_state[0]
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         int8_error = (got - exact).abs().max().item()
@@ -735,26 +741,87 @@ def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model
         torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(not INT8_GRAPH or cpu_features().vnni, reason="the AVX2 int8 op is for CPUs without VNNI or AMX")
-def test_the_int8_graph_on_avx2_calls_the_avx2_op_on_the_ops_threads(tiny_model_dir, cache, one_thread):
-    # Without VNNI the int8 graph compiles with bertkit's AVX2 int8 op for every encoder Linear, inductor's
-    # loops on the calling thread (the GEMMs and the attention on the ops' Team), lone inputs at their
-    # own lengths; it computes what the per-token int8 model computes eagerly.
+@pytest.mark.skipif(not INT8_GRAPH or cpu_features().vnni, reason="the AVX2 int8 ops are for CPUs without VNNI or AMX")
+def test_the_int8_graph_on_avx2_calls_the_avx2_ops_on_the_ops_threads(tiny_model_dir, cache, one_thread):
+    # Without VNNI the int8 graph compiles with bertkit's 7-bit AVX2 int8 op for every encoder Linear
+    # (`seven_bit` False: the exact 8-bit one, another package), inductor's loops on the calling thread
+    # (the GEMMs and the attention on the ops' Team), lone inputs at their own lengths; each computes
+    # what the per-token int8 model computes eagerly with the same op, and both stay near fp32.
     from bertkit.kernels import graph_gemm
 
     model = quantize_int8(BertModel.from_pretrained(tiny_model_dir).eval())
     ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8")
-    assert ours.int8_gemm and ours.avx2_ops and ours.shapes_free and not ours.mkl_gemm and not ours.fma_gemm
-    assert _wrapper_source(ours.path).count(f"{graph_gemm.INT8_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
+    eight = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8", seven_bit=False)
+    assert ours.int8_gemm and ours.seven and ours.avx2_ops and ours.shapes_free and not ours.mkl_gemm and not ours.fma_gemm
+    assert eight.int8_gemm and not eight.seven and eight.avx2_ops and eight.path != ours.path
+    layers = 1 + 4 * model.config.num_hidden_layers
+    assert _wrapper_source(ours.path).count(f"{graph_gemm.SEVEN_SHIM}(") == layers
+    assert f"{graph_gemm.INT8_SHIM}(" not in _wrapper_source(ours.path)
+    assert _wrapper_source(eight.path).count(f"{graph_gemm.INT8_SHIM}(") == layers
     reference = int8_for_graph(model)
+    full = BertModel.from_pretrained(tiny_model_dir).eval()
     torch.manual_seed(0)
     for batch, length in ((1, 3), (1, 29), (2, 17), (4, 64)):
         ids = torch.randint(1000, 5000, (batch, length))
         mask = torch.ones_like(ids)
         zeros = torch.zeros_like(ids)
         with torch.no_grad():
-            want = reference(ids, mask, zeros).last_hidden_state
-        torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
+            exact = full(ids, mask, zeros).last_hidden_state
+            with graph_gemm.recording(mkl=False, seven=True):  # the 7-bit op, eagerly
+                want = reference(ids, mask, zeros).last_hidden_state
+            want_eight = reference(ids, mask, zeros).last_hidden_state
+        got = ours(ids, mask, zeros)[0]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(eight(ids, mask, zeros)[0], want_eight, atol=1e-4, rtol=1e-4)
+        assert 0 < (got - want_eight).abs().max() and (got - exact).abs().max() < 0.1  # another scheme, still int8-close
+
+
+@pytest.mark.skipif(not INT8_GRAPH, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
+    """bertkit_int8_linear_seven against its definition, in float64 from the same float32 steps: each
+    row's range [min(row, 0), max(row, 0)] over 127 steps, its zero point where 0 falls, the values
+    rounded half to even and offset (0-127), exact int32 sums with the int8 weight, the zero point
+    times the column's weight sum taken off, times the scales, plus the bias; for odd sizes, a zero
+    row, one-signed rows and every product at 127 x 127 (where 8-bit values would saturate the
+    AVX2 kernel's 16-bit pair sums)."""
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+
+    def definition(x, weight, weight_scale, bias):
+        lo, hi = x.amin(1, keepdim=True).clamp(max=0), x.amax(1, keepdim=True).clamp(min=0)
+        scale = (hi - lo) / 127.0
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        inverse = 1.0 / scale
+        zero = torch.round(-lo * inverse).clamp(0, 127)
+        q = (torch.round(x * inverse) + zero).clamp(0, 127)
+        assert q.numel() == 0 or (q.min() >= 0 and q.max() <= 127)
+        sums = q.long() @ weight.long() - zero.long() * weight.long().sum(0)
+        return sums.double() * scale.double() * weight_scale.double() + bias.double()
+
+    torch.manual_seed(0)
+    kept = []
+    for m, k, n in ((1, 384, 384), (5, 384, 1152), (36, 1536, 384), (130, 768, 200), (3, 100, 70), (2, 7, 5), (0, 64, 64)):
+        x = torch.randn(m, k) * 2
+        if m > 2:
+            x[0, 3] = 30.0  # an outlier channel
+            x[1].zero_()  # a zero row: the bias alone
+            x[2] = x[2].abs()  # one-signed rows: zero point 0, and 127
+            x[min(m - 1, 3)] = -x[min(m - 1, 3)].abs()
+        weight = torch.randint(-127, 128, (n, k), dtype=torch.int8).t()
+        weight_scale, bias = torch.rand(n) / 50, torch.randn(n)
+        kept.append(weight)
+        got = graph_gemm.graph_int8_linear_seven(x, weight, weight_scale, bias)
+        assert got.shape == (m, n) and got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), definition(x, weight, weight_scale, bias), rtol=1e-5, atol=1e-4)
+        if m > 2:
+            torch.testing.assert_close(got[1], bias)
+    x = torch.full((4, 1536), 0.5)  # every value 127 after quantising
+    weight = torch.full((1536, 40), 127, dtype=torch.int8)
+    weight[::2, ::3] = -127
+    ones = graph_gemm.graph_int8_linear_seven(x, weight, torch.ones(40), None)
+    torch.testing.assert_close(ones.double(), (127 * weight.long().sum(0)).double().expand(4, 40) * (0.5 / 127),
+                               rtol=1e-6, atol=0)  # the sums exact: only the float scale's rounding
 
 
 def _attention_formula(q, k, v, segments, heads):
