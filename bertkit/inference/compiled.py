@@ -50,7 +50,7 @@ a CPU with AMX, bertkit's AMX int8 op instead (kernels/graph_gemm.py: the same i
 on all-MiniLM-L6-v2's lone inputs); on AVX2 without VNNI, where oneDNN's int8 pair sums would
 saturate, bertkit's AVX2 int8 op on the ops' own threads, whose activations are 7-bit (the op
 quantises each token's row over its own range, with a zero point: fbgemm's `reduce_range` on such
-CPUs, per token), 1.15x the exact 8-bit AVX2 op it keeps for `seven_bit=False`. Its numbers are that per-token scheme's, not the eager int8
+CPUs, per token), 1.15x paired the exact 8-bit AVX2 op it keeps for `seven_bit=False`. Its numbers are that per-token scheme's, not the eager int8
 engine's per-tensor ones; its accuracy on fine-tuned MRPC and SST-2 is in docs/speed.md
 (benchmarks/int8_accuracy.py --compiled).
 """
