@@ -227,11 +227,11 @@ def bertkit_runners(ours) -> dict:
     (inference/frozen.py), the lone lengths' kernels made before the first call (`warm_up`)."""
     from bertkit.inference.engine import WARM_UP_LENGTHS, engine_kernels
     from bertkit.inference.frozen import freeze_encoders
-    from bertkit.kernels.int8 import quantize_int8
+    from bertkit.kernels.int8 import quantize_int8, seven_bit_default
 
     ours = copy.deepcopy(ours)
     ours.hold_kernels(engine_kernels(ours.kernels))
-    int8 = quantize_int8(copy.deepcopy(ours))
+    int8 = quantize_int8(copy.deepcopy(ours), seven_bit=seven_bit_default())  # as the engine quantises
     freeze_encoders(ours)  # as the engine does with its own model
     freeze_encoders(int8)
 

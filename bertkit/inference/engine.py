@@ -33,7 +33,7 @@ from ..device import DEFAULT_PRECISION, autocast, pick_device, resolve_precision
 from ..errors import BertkitError
 from ..hub.resolve import resolve_model
 from ..heads import load_model
-from ..kernels.int8 import QUANTIZE_CHOICES, quantize_int8
+from ..kernels.int8 import QUANTIZE_CHOICES, quantize_int8, seven_bit_default
 from ..kernels.layout import UNPAD_FINE_MULTIPLE
 from ..kernels.options import HoldsKernelOptions
 from ..kernels.packed import packing_mode
@@ -223,7 +223,7 @@ class InferenceEngine:
         self.model = model.to(self.device).eval()
         self.quantize = quantize
         if quantize == "int8":
-            quantize_int8(self.model)
+            quantize_int8(self.model, seven_bit=seven_bit_default())
             precision = "fp32"
         if own_model:
             # A model nobody else holds: its encoder's inference forward as one flat loop over the

@@ -700,11 +700,11 @@ constexpr Int8Kernel kInt8Kernels[2][kInt8Rows] = {
     {&int8_rows_avx2<1, false>, &int8_rows_avx2<2, false>, &int8_rows_avx2<3, false>, &int8_rows_avx2<4, false>},
     {&int8_rows_avx2<1, true>, &int8_rows_avx2<2, true>, &int8_rows_avx2<3, true>, &int8_rows_avx2<4, true>}};
 
-// An item is one 16-column block times one chunk of rows, claimed one at a time on the Team (as fma_compute).
-void int8_avx2(const Int8Problem& p) {
+// An item is one 16-column block times one chunk of rows, claimed one at a time on `threads` (as fma_compute).
+void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
   const int64_t blocks = padded(p.n, kBlock) / kBlock, chunks = (p.m + kInt8RowChunk - 1) / kInt8RowChunk;
   const int64_t block_bytes = (p.kp / 4) * kBlock * 4;
-  run_items(Threads::team, chunks * blocks, [&](int64_t item) {
+  run_items(threads, chunks * blocks, [&](int64_t item) {
     int64_t chunk = item / blocks * kInt8RowChunk, chunk_end = std::min(p.m, chunk + kInt8RowChunk), j = item % blocks;
     int64_t column = j * kBlock, columns = std::min(kBlock, p.n - column);
     for (int64_t r = chunk; r < chunk_end; r += kInt8Rows) {
@@ -822,6 +822,33 @@ __attribute__((target("avx2,fma"))) void quantise_row_seven(const float* x, int6
   *zero = z;
 }
 
+// (M, K) contiguous fp32 rows times a seven_pack of N columns (its scales, bias or undefined) -> (M, N),
+// the rows quantised and the items run on `threads` (16 rows an item for the quantising).
+at::Tensor seven_compute(Threads threads, const at::Tensor& input, const at::Tensor& pack, int64_t n,
+                         const at::Tensor& column_scales, const at::Tensor& bias) {
+  int64_t m = input.size(0), k = input.size(1), kp = padded(k, kTileK), np = padded(n, kQuad);
+  auto y = at::empty({m, n}, input.options());
+  if (m == 0) return y;
+  auto rows = at::empty({m, kp}, input.options().dtype(at::kByte));
+  auto scales = at::empty({m}, input.options());
+  auto zeros = at::empty({m}, input.options().dtype(at::kInt));
+  const float* a = input.data_ptr<float>();
+  uint8_t* q = rows.data_ptr<uint8_t>();
+  float* scale = scales.data_ptr<float>();
+  int32_t* zero = zeros.data_ptr<int32_t>();
+  constexpr int64_t kQuantiseRows = 16;
+  run_items(threads, (m + kQuantiseRows - 1) / kQuantiseRows, [&](int64_t item) {
+    for (int64_t r = item * kQuantiseRows; r < std::min(m, (item + 1) * kQuantiseRows); ++r)
+      quantise_row_seven(a + r * k, k, kp, q + r * kp, scale + r, zero + r);
+  });
+  const int8_t* packed = pack.data_ptr<int8_t>();
+  Int8Problem problem{reinterpret_cast<const int8_t*>(q), m, kp, n, packed, scale, column_scales.data_ptr<float>(),
+                      bias.defined() ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), zero,
+                      reinterpret_cast<const int32_t*>(packed + np * kp)};
+  int8_avx2(problem, threads);
+  return y;
+}
+
 // (M, K) fp32 rows x, the (K, N) int8 weight (any strides), its (N,) scales and bias -> (M, N) fp32:
 // x quantised per row to 7 bits (above), times the weight. Where the AVX2 kernel cannot run, the
 // same arithmetic in ATen (the same numbers, slower).
@@ -848,23 +875,32 @@ at::Tensor int8_linear_seven(const at::Tensor& x, const at::Tensor& weight, cons
     auto y = (sums * s.to(at::kDouble) * column_scales.to(at::kDouble)).to(at::kFloat);
     return has_bias ? y + bias_values : y;
   }
-  auto pack = pack_for<int8_t>(seven_packs, seven_lock, weight, seven_pack);
-  int64_t kp = padded(k, kTileK), np = padded(n, kQuad);
-  auto rows = at::empty({m, kp}, x.options().dtype(at::kByte));
-  auto scales = at::empty({m}, x.options());
-  auto zeros = at::empty({m}, x.options().dtype(at::kInt));
-  const float* a = input.data_ptr<float>();
-  uint8_t* q = rows.data_ptr<uint8_t>();
-  for (int64_t r = 0; r < m; ++r)
-    quantise_row_seven(a + r * k, k, kp, q + r * kp, scales.data_ptr<float>() + r, zeros.data_ptr<int32_t>() + r);
-  auto y = at::empty({m, n}, x.options());
-  const int8_t* packed = pack.data_ptr<int8_t>();
-  Int8Problem problem{reinterpret_cast<const int8_t*>(q), m, kp, n, packed, scales.data_ptr<float>(),
-                      column_scales.data_ptr<float>(), has_bias ? bias_values.data_ptr<float>() : nullptr,
-                      y.data_ptr<float>(), zeros.data_ptr<int32_t>(),
-                      reinterpret_cast<const int32_t*>(packed + np * kp)};
-  int8_avx2(problem);
-  return y;
+  return seven_compute(Threads::team, input, pack_for<int8_t>(seven_packs, seven_lock, weight, seven_pack), n,
+                       column_scales, has_bias ? bias_values : at::Tensor());
+}
+
+// An eager model's (kernels/int8.py, Int8Linear on AVX2 without VNNI): the pack made by
+// bertkit_seven_pack and held by the caller, the items on torch's threads (as bertkit_fma_linear_packed).
+at::Tensor seven_pack_weight(const at::Tensor& weight) {
+  TORCH_CHECK(weight.scalar_type() == at::kChar && weight.dim() == 2 && weight.device().is_cpu(),
+              "bertkit_seven_pack takes an int8 (K, N) CPU weight");
+  return seven_pack(weight);
+}
+
+at::Tensor int8_linear_seven_packed(const at::Tensor& x, const at::Tensor& pack, int64_t n, const at::Tensor& weight_scale,
+                                    const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.device().is_cpu() && pack.scalar_type() == at::kChar,
+              "bertkit_int8_linear_seven_packed takes fp32 CPU rows and a bertkit_seven_pack");
+  TORCH_CHECK(fma_usable(), "bertkit_int8_linear_seven_packed needs a CPU with AVX2");
+  auto input = x.contiguous();
+  int64_t k = input.size(-1), m = input.numel() / std::max<int64_t>(k, 1);
+  TORCH_CHECK(pack.numel() == padded(n, kQuad) * (padded(k, kTileK) + 4) && weight_scale.numel() == n,
+              "bertkit_int8_linear_seven_packed: the pack is not of a (", k, ", ", n, ") weight");
+  bool has_bias = bias.has_value() && bias->defined();
+  auto sizes = input.sizes().vec();
+  sizes.back() = n;
+  return seven_compute(Threads::torch, input.view({m, k}), pack, n, weight_scale.to(at::kFloat).contiguous(),
+                       has_bias ? bias->to(at::kFloat).contiguous() : at::Tensor()).view(sizes);
 }
 
 // ---- attention over a short input
@@ -1306,6 +1342,8 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
   m.def("bertkit_avx2_int8() -> bool", &avx2_int8);  // whether it runs its AVX2 kernel here (no VNNI, no AMX)
   m.def("bertkit_int8_linear_seven(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
+  m.def("bertkit_seven_pack(Tensor weight) -> Tensor");
+  m.def("bertkit_int8_linear_seven_packed(Tensor x, Tensor pack, int n, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   // the same two ops on torch's OpenMP threads, for eager models (run_items)
   m.def("bertkit_fma_pack(Tensor weight) -> Tensor");
@@ -1318,6 +1356,8 @@ TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_fma_linear", &fma_linear);
   m.impl("bertkit_int8_linear", &int8_linear);
   m.impl("bertkit_int8_linear_seven", &int8_linear_seven);
+  m.impl("bertkit_seven_pack", &seven_pack_weight);
+  m.impl("bertkit_int8_linear_seven_packed", &int8_linear_seven_packed);
   m.impl("bertkit_attention", &attention);
   m.impl("bertkit_fma_pack", &fma_pack_weight);
   m.impl("bertkit_fma_linear_packed", &fma_linear_packed);

@@ -189,6 +189,13 @@ def eager_ops() -> bool:
     return _eager[0]
 
 
+def eager_seven() -> bool:
+    """Whether eager int8 inference may run its Linears on the 7-bit AVX2 int8 op here
+    (kernels/int8.py, `seven_bit`): the AVX2 ops are usable (`eager_ops`) and the CPU has neither VNNI
+    nor AMX (`avx2_int8`). Decided once per process."""
+    return eager_ops() and bool(torch.ops.bertkit.bertkit_avx2_int8())
+
+
 def loaded_name() -> str | None:
     """The file name of the library this process loaded (its source's hash), if any."""
     return _loaded[0].name if _loaded else None
@@ -374,6 +381,19 @@ def graph_int8_linear_seven(x: torch.Tensor, weight: torch.Tensor, weight_scale:
     fp32 rows, each quantised by the op to 7 bits (unsigned, with a zero point), the (in, out) int8
     weight, its (out,) scales -> (N, out) fp32."""
     return torch.ops.bertkit.bertkit_int8_linear_seven(x, weight, weight_scale, bias)
+
+
+def seven_pack(weight: torch.Tensor) -> torch.Tensor:
+    """An (in, out) int8 weight (any strides) packed for `eager_int8_seven` (`eager_seven()` first),
+    with its columns' sums: held by the caller."""
+    return torch.ops.bertkit.bertkit_seven_pack(weight)
+
+
+def eager_int8_seven(x: torch.Tensor, pack: torch.Tensor, n: int, weight_scale: torch.Tensor,
+                     bias: torch.Tensor | None) -> torch.Tensor:
+    """`graph_int8_linear_seven` for an eager model: (..., in) fp32 -> (..., n), from the weight's
+    `seven_pack`, its items on torch's threads."""
+    return torch.ops.bertkit.bertkit_int8_linear_seven_packed(x, pack, n, weight_scale, bias)
 
 
 def graph_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

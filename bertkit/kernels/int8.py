@@ -78,7 +78,8 @@ class Int8Linear(nn.Module):
     The input is changed in place meanwhile and restored before returning (inference only), unless
     the caller says it never reads it again (`overwrite_input`)."""
 
-    def __init__(self, layer: nn.Linear, outlier_threshold: float | None = None, input_floor: float | None = None):
+    def __init__(self, layer: nn.Linear, outlier_threshold: float | None = None, input_floor: float | None = None,
+                 seven_bit: bool = False):
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
         weight = layer.weight.detach().float()
@@ -99,6 +100,14 @@ class Int8Linear(nn.Module):
         # The least value the input can hold, where it is known (the exact GELU's output): past the
         # negative threshold nothing can lie then, and the outlier search reads the channels' maxima only.
         self.input_floor = input_floor
+        # `seven_bit` (AVX2 without VNNI, `seven_bit_default`): the calls run bertkit's 7-bit op on its own
+        # pack of the same int8 weights, each token's row quantised over its own range (as the compiled
+        # graph there), with no outlier split; the fbgemm pack stays for int8_for_graph and export
+        self._seven = graph_gemm.seven_pack(qweight.int_repr().t()) if seven_bit else None
+        if seven_bit:
+            self._seven_scale = scale.float()
+            self._seven_bias = bias
+            self.outlier_threshold = outlier_threshold = None
         if outlier_threshold is not None:  # the packed copy is opaque: keep the int8 values for the fp32 columns
             self._int_weight = qweight.int_repr()  # (out, in) int8
             self._weight_scale = scale.float()[:, None]  # (out, 1)
@@ -115,6 +124,8 @@ class Int8Linear(nn.Module):
     def gemm(self, x: torch.Tensor, overwrite_input: bool = False) -> torch.Tensor:
         """forward, for an input already fp32, contiguous and outside autograd (the inference flat
         loop's, inference/frozen.py): three dispatched no-op calls fewer per GEMM."""
+        if self._seven is not None:
+            return graph_gemm.eager_int8_seven(x, self._seven, self.out_features, self._seven_scale, self._seven_bias)
         packed = self._packed if self._packed_amx is None or x.numel() < self._amx_elements else self._packed_amx
         if self.outlier_threshold is None:
             return torch.ops.quantized.linear_dynamic(x, packed, self.reduce_range)
@@ -164,7 +175,8 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         outliers = "" if self.outlier_threshold is None else f", fp32 channels past {self.outlier_threshold}"
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8{outliers}"
+        seven = ", 7-bit per token" if self._seven is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8{outliers}{seven}"
 
 
 def _onednn_pack(qweight: torch.Tensor, bias: torch.Tensor | None):
@@ -186,7 +198,7 @@ class Int8QKV(QKVProjection):
     instead of three, with the same numbers as three separate Int8Linears (the weight scales are
     per output row, the int32 sums exact)."""
 
-    def __init__(self, query: nn.Linear, key: nn.Linear, value: nn.Linear):
+    def __init__(self, query: nn.Linear, key: nn.Linear, value: nn.Linear, seven_bit: bool = False):
         super().__init__()
         layers = (query, key, value)
         fused = nn.Linear(query.in_features, sum(layer.out_features for layer in layers),
@@ -195,7 +207,7 @@ class Int8QKV(QKVProjection):
             fused.weight.copy_(torch.cat([layer.weight.detach().float() for layer in layers]))
             if fused.bias is not None:
                 fused.bias.copy_(torch.cat([layer.bias.detach().float() for layer in layers]))
-        self.projection = Int8Linear(fused)
+        self.projection = Int8Linear(fused, seven_bit=seven_bit)
         self.sizes = [layer.out_features for layer in layers]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -207,11 +219,21 @@ def _tell_when_int8_buys_no_speed() -> None:
         log.info(NO_VNNI_NOTE)
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
+def seven_bit_default() -> bool:
+    """Whether the inference engine's int8 runs on bertkit's 7-bit op (`quantize_int8(seven_bit=True)`):
+    on CPUs without VNNI or AMX whose AVX2 ops build (kernels/graph_gemm.py). There fbgemm's int8 is
+    7-bit too, but per tensor with the outlier split; per token it was closer to fp32 (fine-tuned
+    all-MiniLM-L6-v2, SST-2 dev in batches: -0.57 points per tensor, -0.23 per token) and faster
+    (docs/speed.md, "On an AMD EPYC Zen 3")."""
+    return not cpu_features().vnni and not cpu_features().amx and graph_gemm.eager_seven()
+
+
+def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
     """Replace every Linear inside the model's encoder (`model.encoder` or `model.bert.encoder`)
     by its int8 dynamic-quantised copy, in place: query / key / value as one `Int8QKV`, the
     feed-forward output projections with their outlier channels in fp32; returns the model (in
-    eval mode, CPU only)."""
+    eval mode, CPU only). `seven_bit`: the Linears run bertkit's 7-bit per-token op instead (AVX2;
+    `seven_bit_default`), the same int8 weights, no outlier split."""
     encoder = getattr(model, "encoder", None) or getattr(getattr(model, "bert", None), "encoder", None)
     if encoder is None:
         raise ValueError(f"{type(model).__name__} has no BERT encoder to quantise")
@@ -228,13 +250,13 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     # Query, key and value read the same input: one quantisation and one GEMM for the three.
     for attention in list(encoder.modules()):
         if all(isinstance(getattr(attention, name, None), nn.Linear) for name in ("query", "key", "value")):
-            attention.query = Int8QKV(attention.query, attention.key, attention.value)
+            attention.query = Int8QKV(attention.query, attention.key, attention.value, seven_bit)
             attention.key, attention.value = ProjectedWithQuery(), ProjectedWithQuery()
     targets = [(parent, name, child) for parent in encoder.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
     for parent, name, child in targets:
         setattr(parent, name, Int8Linear(child, OUTLIER_THRESHOLD if id(child) in ffn_outputs else None,
-                                         GELU_FLOOR if id(child) in gelu_fed else None))
+                                         GELU_FLOOR if id(child) in gelu_fed else None, seven_bit))
     return model
 
 

@@ -307,3 +307,46 @@ def test_int8_tells_the_user_where_it_buys_no_speed(classifier, monkeypatch, cap
         quantize_int8(model)
     notes = [r.getMessage() for r in caplog.records if "no VNNI" in r.getMessage()]
     assert notes == ([] if vnni else [NO_VNNI_NOTE])
+
+
+def _eager_seven_here() -> bool:
+    from bertkit.kernels import graph_gemm
+
+    return torch._C.has_mkl and cpu_features().cpu_class in ("avx2", "avx512") and graph_gemm.eager_ops()
+
+
+@pytest.mark.skipif(not _eager_seven_here(), reason="the 7-bit int8 op is bertkit's AVX2 kernel (x86 torch, AVX2)")
+def test_seven_bit_int8_linears_compute_what_the_int8_graphs_op_computes(classifier):
+    """quantize_int8(seven_bit=True): every encoder Linear runs bertkit's 7-bit op on its own pack of the
+    same int8 weights (each token's row quantised over its own range, no outlier split), so the eager
+    model gives the compiled graph's numbers on AVX2 exactly (the op run eagerly on int8_for_graph's
+    model); near fp32 too. The inference engine takes it by default where the CPU has neither VNNI
+    nor AMX, its frozen encoder (inference/frozen.py) with the same numbers."""
+    from bertkit.kernels import graph_gemm
+    from bertkit.kernels.int8 import int8_for_graph, seven_bit_default
+
+    fp32 = BertForSequenceClassification.from_pretrained(classifier).eval()
+    seven = quantize_int8(copy.deepcopy(fp32), seven_bit=True)
+    layers = [m for m in seven.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m._seven is not None and m.outlier_threshold is None for m in layers)
+    assert "7-bit per token" in repr(layers[0])
+    graph = int8_for_graph(quantize_int8(copy.deepcopy(fp32)))
+    ids, mask = _batch([3, 9, 17, 5], len(WORDS))
+    real = mask.bool()
+    with torch.no_grad():
+        got = seven.bert(ids, mask).last_hidden_state
+        with graph_gemm.recording(mkl=False, seven=True):
+            want = graph.bert(ids, mask).last_hidden_state
+        exact = fp32.bert(ids, mask).last_hidden_state
+    assert torch.equal(got[real], want[real])
+    assert 0 < (got[real] - exact[real]).abs().max() < 0.1
+    assert seven_bit_default() == (not cpu_features().vnni and not cpu_features().amx)
+    engine = InferenceEngine(classifier, quantize="int8")
+    assert all((m._seven is not None) == seven_bit_default() for m in engine.model.modules() if isinstance(m, Int8Linear))
+    if seven_bit_default():
+        rows = [{"input_ids": ids[i, :n].tolist(), "attention_mask": [1] * n, "token_type_ids": [0] * n}
+                for i, n in enumerate(mask.sum(1).tolist())]
+        with torch.no_grad():
+            logits = seven(ids, mask).logits
+        for i, out in enumerate(engine.forward(rows)):
+            torch.testing.assert_close(out["logits"], logits[i], atol=1e-5, rtol=1e-5)
