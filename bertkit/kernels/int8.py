@@ -2,7 +2,9 @@
 
 Weights become int8 once (per output channel, symmetric); activations are quantised per batch on
 the fly (per tensor, asymmetric uint8) and the GEMMs accumulate in int32 (fbgemm, or oneDNN's
-VNNI kernels where the CPU has them: torch's "x86" quantisation engine picks). This is the scheme
+VNNI kernels where the CPU has them: torch's "x86" quantisation engine picks). On CPUs with
+neither VNNI nor AMX the inference engine takes bertkit's 7-bit AVX2 op instead (`seven_bit`:
+each token quantised over its own range, no outlier split; kernels/graph_gemm.py). This is the scheme
 of ONNX Runtime's `quantize_dynamic` and of torch's `quantize_dynamic`, with the weight scales per
 channel rather than per tensor (closer to fp32 at the same speed). The layout (unpadding, packed
 attention), LayerNorm, softmax, the embeddings and the task heads stay fp32.
