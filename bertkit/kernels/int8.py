@@ -2,8 +2,8 @@
 
 Weights become int8 once (per output channel, symmetric); activations are quantised per batch on
 the fly (per tensor, asymmetric uint8) and the GEMMs accumulate in int32 (fbgemm, or oneDNN's
-VNNI kernels where the CPU has them: torch's "x86" quantisation engine picks). On CPUs with
-neither VNNI nor AMX the inference engine takes bertkit's 7-bit AVX2 op instead (`seven_bit`:
+VNNI kernels where the CPU has them: torch's "x86" quantisation engine picks). On the avx2 class
+without VNNI the inference engine takes bertkit's 7-bit AVX2 op instead (`seven_bit`:
 each token quantised over its own range, no outlier split; kernels/graph_gemm.py). This is the scheme
 of ONNX Runtime's `quantize_dynamic` and of torch's `quantize_dynamic`, with the weight scales per
 channel rather than per tensor (closer to fp32 at the same speed). The layout (unpadding, packed
@@ -223,11 +223,12 @@ def _tell_when_int8_buys_no_speed() -> None:
 
 def seven_bit_default() -> bool:
     """Whether the inference engine's int8 runs on bertkit's 7-bit op (`quantize_int8(seven_bit=True)`):
-    on CPUs without VNNI or AMX whose AVX2 ops build (kernels/graph_gemm.py). There fbgemm's int8 is
+    on CPUs of the avx2 class without VNNI whose AVX2 ops build (kernels/graph_gemm.py). There fbgemm's int8 is
     7-bit too, but per tensor with the outlier split; per token it was closer to fp32 (fine-tuned
-    all-MiniLM-L6-v2, SST-2 dev in batches: -0.57 points per tensor, -0.23 per token) and faster
+    all-MiniLM-L6-v2, SST-2 dev in batches: -0.57 points per tensor, -0.11 per token) and faster
     (docs/speed.md, "On an AMD EPYC Zen 3")."""
-    return not cpu_features().vnni and not cpu_features().amx and graph_gemm.eager_seven()
+    features = cpu_features()  # the avx2 class, where it was measured (an AVX-512 CPU without VNNI was not)
+    return features.cpu_class == "avx2" and not features.vnni and not features.amx and graph_gemm.eager_seven()
 
 
 def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
@@ -241,6 +242,9 @@ def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
         raise ValueError(f"{type(model).__name__} has no BERT encoder to quantise")
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 quantisation runs on the CPU only")
+    if seven_bit and not graph_gemm.eager_seven():
+        raise ValueError("seven_bit int8 needs bertkit's AVX2 int8 op: a CPU with AVX2 and without VNNI or AMX, "
+                         "and a C++ compiler to build it")
     torch.backends.quantized.engine = _engine()
     _tell_when_int8_buys_no_speed()
     model.eval()
