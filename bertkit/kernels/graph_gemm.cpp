@@ -38,6 +38,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -162,18 +163,23 @@ class Team {
     return *current_;  // never destroyed: its workers sleep until the process ends
   }
 
-  // body(item) for each item in [0, count), on the calling thread and up to at::get_num_threads() - 1 workers.
+  // body(item, next) for each item in [0, count), on the calling thread and up to at::get_num_threads() - 1
+  // workers; `next` is the item the same thread runs after this one, or -1 where it is not known yet
+  // (a GEMM's body fetches that item's weights while it computes: see fma_rows). A thread claims its
+  // next item ahead only while more items than threads are left, so the last few never wait behind
+  // one that holds them.
   template <class Body>
   void run(int64_t count, const Body& body) {
     const int threads = at::get_num_threads();
     std::unique_lock<std::mutex> caller(caller_lock_, std::try_to_lock);  // another caller meanwhile: run alone
     if (count <= 1 || threads <= 1 || !caller.owns_lock() || count > int64_t{kLeft}) {
-      for (int64_t item = 0; item < count; ++item) body(item);
+      for (int64_t item = 0; item < count; ++item) body(item, item + 1 < count ? item + 1 : -1);
       return;
     }
     start_workers(threads - 1);
-    call_ = [](const void* body, int64_t item) { (*static_cast<const Body*>(body))(item); };
+    call_ = [](const void* body, int64_t item, int64_t next) { (*static_cast<const Body*>(body))(item, next); };
     body_ = &body;
+    threads_ = threads;
     count_ = count;
     done_.store(0, std::memory_order_relaxed);
     const uint64_t job = ((claim_.load(std::memory_order_relaxed) >> 32) + 1) & kLeft;
@@ -197,26 +203,35 @@ class Team {
   static constexpr auto kSpin = std::chrono::milliseconds(5);  // a worker's spin after its last item
   static constexpr int kWaitSpins = 256;  // the caller's pauses before it yields (~10 µs)
 
-  using Call = void (*)(const void*, int64_t);
+  using Call = void (*)(const void*, int64_t, int64_t);
 
   void start_workers(int wanted) {
     active_.store(wanted, std::memory_order_relaxed);  // fewer threads than before: the rest stay idle
     while (started_ < wanted) std::thread(&Team::worker, this, started_++).detach();
   }
 
-  // Claims items until none is left; counts them done once at the end (one atomic add a thread).
+  // Claims items until none is left, each with the next one where enough are left (run); counts
+  // them done once at the end (one atomic add a thread). A claimed item keeps its job current: the
+  // caller returns only once every item is counted done.
   bool work() {
     int64_t did = 0;
-    uint64_t word = claim_.load(std::memory_order_acquire);
-    while ((word & kLeft) != 0) {
-      if (!claim_.compare_exchange_weak(word, word - 1, std::memory_order_acq_rel, std::memory_order_acquire))
-        continue;
-      call_(body_, count_ - static_cast<int64_t>(word & kLeft));
-      ++did;
-      word = claim_.load(std::memory_order_acquire);
+    for (int64_t item = claim(0); item >= 0; ++did) {
+      const int64_t next = claim(threads_);
+      call_(body_, item, next);
+      item = next >= 0 ? next : claim(0);
     }
     if (did > 0) done_.fetch_add(did, std::memory_order_release);
     return did > 0;
+  }
+
+  // An item of the current job where more than `keep` are left, else -1.
+  int64_t claim(int64_t keep) {
+    uint64_t word = claim_.load(std::memory_order_acquire);
+    while (static_cast<int64_t>(word & kLeft) > keep) {
+      if (claim_.compare_exchange_weak(word, word - 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        return count_ - static_cast<int64_t>(word & kLeft);
+    }
+    return -1;
   }
 
   bool job_waiting(int index) const {
@@ -257,6 +272,7 @@ class Team {
   Call call_ = nullptr;
   const void* body_ = nullptr;
   int64_t count_ = 0;
+  int64_t threads_ = 1;
 };
 
 // Where an op's items run: on the Team (a compiled graph's ops, whose own loops run on the calling
@@ -265,14 +281,20 @@ class Team {
 // 0.92x oneDNN's GEMMs on the Team, 1.13x on torch's threads, AMD EPYC Zen 3).
 enum class Threads { team, torch };
 
+// body(item) or body(item, next): `next` the item the same thread runs after this one, -1 where
+// none is known (Team::run).
 template <class Body>
 void run_items(Threads threads, int64_t count, const Body& body) {
+  auto both = [&](int64_t item, int64_t next) {
+    if constexpr (std::is_invocable_v<const Body&, int64_t, int64_t>) body(item, next);
+    else body(item);
+  };
   if (threads == Threads::team) {
-    Team::instance().run(count, body);
+    Team::instance().run(count, both);
     return;
   }
-  at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {
-    for (int64_t item = first; item < last; ++item) body(item);
+  at::parallel_for(0, count, 1, [&](int64_t first, int64_t last) {  // each thread a range of items in order
+    for (int64_t item = first; item < last; ++item) both(item, item + 1 < last ? item + 1 : -1);
   });
 }
 
@@ -325,24 +347,37 @@ __attribute__((target("avx2,fma"))) inline __m256 gelu8(__m256 x) {
 
 // R rows of x (from `x`, `ldx` apart) times one panel (K x 16) plus its 16 biases -> y's `columns` (<= 16),
 // through the exact GELU when `Gelu`.
+// Meanwhile one line (one K row, 64 bytes) of the thread's next panel `next` is fetched into L1 every
+// `stride` steps of K, starting at line `phase`: a panel's `stride` row blocks pass over it with phases
+// 0 .. stride - 1, so together they fetch the next panel whole, spread over the current one's compute.
+// Without it the first row block met each panel in memory and waited for it: the weights of one request's
+// GEMMs stream from memory once per call (MiniLM's encoder is 42 MB), and one core's row block needs
+// them faster than memory brings them unasked (all MiniLM's GEMMs in turn at 36 rows, Zen 3: one
+// thread 67-74 -> 78-84 GFLOPS, two 109-123 -> 137-156; 12 rows, two threads, 1.09-1.15x).
 // The twelve sums are named variables: GCC kept an array of them in memory, storing each after its FMA.
 #define BERTKIT_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 template <int R, bool Gelu>
 __attribute__((target("avx2,fma"))) void fma_rows(const float* x, int64_t ldx, const float* panel, int64_t k,
-                                                   const float* bias, float* y, int64_t ldy, int64_t columns) {
+                                                   const float* bias, float* y, int64_t ldy, int64_t columns,
+                                                   const float* next, int64_t phase, int64_t stride) {
   const __m256 bias_low = _mm256_loadu_ps(bias), bias_high = _mm256_loadu_ps(bias + 8);
 #define BERTKIT_START(r) __m256 low##r = bias_low, high##r = bias_high;
   BERTKIT_ROWS(BERTKIT_START)
   const float* row = x;
-  _Pragma("GCC unroll 4") for (int64_t i = 0; i < k; ++i, ++row) {
-    const __m256 b_low = _mm256_load_ps(panel + i * kPanel), b_high = _mm256_load_ps(panel + i * kPanel + 8);
+  const float* line = next + phase * kPanel;
+  for (int64_t start = 0; start < k; start += stride, line += stride * kPanel) {
+    if (start + phase < k) _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+    const int64_t end = std::min(k, start + stride);
+    for (int64_t i = start; i < end; ++i, ++row) {
+      const __m256 b_low = _mm256_load_ps(panel + i * kPanel), b_high = _mm256_load_ps(panel + i * kPanel + 8);
 #define BERTKIT_FMA(r)                                        \
-    if constexpr (r < R) {                                    \
-      const __m256 a = _mm256_broadcast_ss(row + r * ldx);    \
-      low##r = _mm256_fmadd_ps(a, b_low, low##r);             \
-      high##r = _mm256_fmadd_ps(a, b_high, high##r);          \
+      if constexpr (r < R) {                                  \
+        const __m256 a = _mm256_broadcast_ss(row + r * ldx);  \
+        low##r = _mm256_fmadd_ps(a, b_low, low##r);           \
+        high##r = _mm256_fmadd_ps(a, b_high, high##r);        \
+      }
+      BERTKIT_ROWS(BERTKIT_FMA)
     }
-    BERTKIT_ROWS(BERTKIT_FMA)
   }
   alignas(32) float last[kPanel];  // the weight's last panel, fewer than 16 columns
 #define BERTKIT_STORE(r)                                      \
@@ -367,7 +402,8 @@ __attribute__((target("avx2,fma"))) void fma_rows(const float* x, int64_t ldx, c
 }
 #undef BERTKIT_ROWS
 
-using FmaKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t);
+using FmaKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
+                          const float*, int64_t, int64_t);
 constexpr FmaKernel kFmaKernels[2][kFmaRows] = {
     {&fma_rows<1, false>, &fma_rows<2, false>, &fma_rows<3, false>, &fma_rows<4, false>, &fma_rows<5, false>, &fma_rows<6, false>},
     {&fma_rows<1, true>, &fma_rows<2, true>, &fma_rows<3, true>, &fma_rows<4, true>, &fma_rows<5, true>, &fma_rows<6, true>}};
@@ -393,12 +429,16 @@ at::Tensor fma_compute(Threads threads, const at::Tensor& x, const at::Tensor& p
   // An item is one panel times one chunk of rows (chunks that stay in L2 while the panels pass),
   // claimed one at a time by the team's threads (Team: no thread waits for a sleeping one).
   const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
-  run_items(threads, chunks * panels, [&](int64_t item) {
+  run_items(threads, chunks * panels, [&](int64_t item, int64_t next) {
     int64_t chunk = item / panels * kRowChunk, chunk_end = std::min(m, chunk + kRowChunk), p = item % panels;
     int64_t column = p * kPanel, columns = std::min(kPanel, n - column);
-    for (int64_t r = chunk; r < chunk_end; r += kFmaRows) {
+    const float* panel = b + p * k * kPanel;
+    const float* ahead = next >= 0 ? b + next % panels * k * kPanel : panel;  // none known: lines already here
+    const int64_t blocks = (chunk_end - chunk + kFmaRows - 1) / kFmaRows;
+    for (int64_t r = chunk, phase = 0; r < chunk_end; r += kFmaRows, ++phase) {
       int64_t rows = std::min(kFmaRows, chunk_end - r);
-      kFmaKernels[gelu][rows - 1](a + r * k, k, b + p * k * kPanel, k, biases.data() + column, c + r * n + column, n, columns);
+      kFmaKernels[gelu][rows - 1](a + r * k, k, panel, k, biases.data() + column, c + r * n + column, n, columns,
+                                  ahead, phase, blocks);
     }
   });
   return y.view(sizes);
@@ -629,17 +669,25 @@ bool avx2_int8_usable() {
 }
 
 // Seven: `a` holds 7-bit unsigned values (int8_linear_seven), multiplied as they are, the rows' zero
-// points times the columns' weight sums taken from the sums as they are stored.
+// points times the columns' weight sums taken from the sums as they are stored. The thread's next
+// block `next` is fetched a line (4 K values of 16 columns) every `stride` lines from line `phase`,
+// as fma_rows fetches its next panel (MiniLM's 7-bit GEMMs in turn at 36 rows, Zen 3: one thread
+// 1.07-1.09x, two 1.03-1.06x).
 #define BERTKIT_INT8_ROWS(X) X(0) X(1) X(2) X(3)
 template <int R, bool Seven>
 __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t lda, const int8_t* block, int64_t kp,
                                                          const float* row_scale, const float* column_scale,
                                                          const float* bias, float* y, int64_t ldy, int64_t columns,
-                                                         const int32_t* zero, const int32_t* column_sums) {
+                                                         const int32_t* zero, const int32_t* column_sums,
+                                                         const int8_t* next, int64_t phase, int64_t stride) {
   const __m256i ones = _mm256_set1_epi16(1);
 #define BERTKIT_START(r) __m256i low##r = _mm256_setzero_si256(), high##r = _mm256_setzero_si256();
   BERTKIT_INT8_ROWS(BERTKIT_START)
-  _Pragma("GCC unroll 2") for (int64_t i = 0; i < kp; i += 4) {
+  const int64_t lines = kp / 4;
+  for (int64_t start = 0; start < lines; start += stride) {
+    if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kBlock * 4), _MM_HINT_T0);
+    const int64_t end = std::min(lines, start + stride) * 4;
+    for (int64_t i = start * 4; i < end; i += 4) {
     const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));
     const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32));
 #define BERTKIT_DOT(r)                                                                                     \
@@ -657,6 +705,7 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
       }                                                                                                    \
     }
     BERTKIT_INT8_ROWS(BERTKIT_DOT)
+    }
   }
   alignas(32) float scale[kBlock] = {}, start[kBlock] = {}, last[kBlock];
   std::memcpy(scale, column_scale, columns * sizeof(float));
@@ -695,7 +744,7 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
 #undef BERTKIT_INT8_ROWS
 
 using Int8Kernel = void (*)(const int8_t*, int64_t, const int8_t*, int64_t, const float*, const float*, const float*,
-                            float*, int64_t, int64_t, const int32_t*, const int32_t*);
+                            float*, int64_t, int64_t, const int32_t*, const int32_t*, const int8_t*, int64_t, int64_t);
 constexpr Int8Kernel kInt8Kernels[2][kInt8Rows] = {
     {&int8_rows_avx2<1, false>, &int8_rows_avx2<2, false>, &int8_rows_avx2<3, false>, &int8_rows_avx2<4, false>},
     {&int8_rows_avx2<1, true>, &int8_rows_avx2<2, true>, &int8_rows_avx2<3, true>, &int8_rows_avx2<4, true>}};
@@ -704,15 +753,18 @@ constexpr Int8Kernel kInt8Kernels[2][kInt8Rows] = {
 void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
   const int64_t blocks = padded(p.n, kBlock) / kBlock, chunks = (p.m + kInt8RowChunk - 1) / kInt8RowChunk;
   const int64_t block_bytes = (p.kp / 4) * kBlock * 4;
-  run_items(threads, chunks * blocks, [&](int64_t item) {
+  run_items(threads, chunks * blocks, [&](int64_t item, int64_t next) {
     int64_t chunk = item / blocks * kInt8RowChunk, chunk_end = std::min(p.m, chunk + kInt8RowChunk), j = item % blocks;
     int64_t column = j * kBlock, columns = std::min(kBlock, p.n - column);
-    for (int64_t r = chunk; r < chunk_end; r += kInt8Rows) {
+    const int8_t* block = p.b + j * block_bytes;
+    const int8_t* ahead = next >= 0 ? p.b + next % blocks * block_bytes : block;  // none known: lines already here
+    const int64_t passes = (chunk_end - chunk + kInt8Rows - 1) / kInt8Rows;
+    for (int64_t r = chunk, phase = 0; r < chunk_end; r += kInt8Rows, ++phase) {
       int64_t rows = std::min(kInt8Rows, chunk_end - r);
-      kInt8Kernels[p.zero != nullptr][rows - 1](p.a + r * p.kp, p.kp, p.b + j * block_bytes, p.kp, p.row_scale + r,
+      kInt8Kernels[p.zero != nullptr][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r,
                                                 p.weight_scale + column, p.bias ? p.bias + column : nullptr,
                                                 p.y + r * p.n + column, p.n, columns, p.zero ? p.zero + r : nullptr,
-                                                p.column_sums ? p.column_sums + column : nullptr);
+                                                p.column_sums ? p.column_sums + column : nullptr, ahead, phase, passes);
     }
   });
 }
