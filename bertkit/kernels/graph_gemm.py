@@ -86,6 +86,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import BertkitError
+
 OP = "bertkit::bertkit_mkl_linear"
 FMA_OP = "bertkit::bertkit_fma_linear"
 INT8_OP = "bertkit::bertkit_int8_linear"
@@ -108,6 +110,9 @@ ATTENTION_SHIM_DECLARATION = (f"AOTITorchError {ATTENTION_SHIM}(AtenTensorHandle
 
 SOURCE_FILE = Path(__file__).with_name("graph_gemm.cpp")
 CACHE_ENV = "BERTKIT_COMPILE_CACHE"
+# How long the ops' own threads (a compiled graph's: graph_gemm.cpp, Team) spin after a call before
+# they sleep, in ms; the library's default where unset (30: docs/speed.md)
+SPIN_ENV = "BERTKIT_SPIN_MS"
 
 log = logging.getLogger("bertkit")
 
@@ -161,11 +166,25 @@ def load(folder: Path) -> Path:
         path = folder / f"bertkit_graph_gemm-{hashlib.sha256(facts.encode()).hexdigest()[:16]}.so"
         if not path.is_file():
             _build(path)
+        spin = spin_ms()  # a bad value refused before anything is loaded
         # Global, so that a compiled package finds the C function when it is loaded.
         ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         _register_fake()
+        if spin is not None:
+            torch.ops.bertkit.bertkit_set_team_spin(spin)
         _loaded.append(path)
         return path
+
+
+def spin_ms() -> int | None:
+    """`BERTKIT_SPIN_MS`: how long the ops' threads spin after a call before they sleep (whole ms, 0
+    to 60000); None where it is unset."""
+    text = os.environ.get(SPIN_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) > 60000:
+        raise BertkitError(f"{SPIN_ENV} must be a whole number of milliseconds from 0 to 60000, not {text!r}")
+    return int(text)
 
 
 _eager: list[bool] = []

@@ -564,6 +564,53 @@ def test_the_avx2_ops_share_their_work_on_threads_of_their_own(tmp_path):
         torch.set_num_threads(before)
 
 
+def _ops_threads_cpu_ticks() -> int:
+    """User + system clock ticks of this process's `bertkit-ops` threads (Team's workers)."""
+    ticks = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == "bertkit-ops":
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return ticks
+
+
+def test_the_ops_threads_spin_as_long_as_they_are_told_after_a_call(tmp_path, monkeypatch):
+    # bertkit_set_team_spin (BERTKIT_SPIN_MS): after a call the Team's worker spins that long, then
+    # sleeps. Told 0 it takes (almost) no CPU while the caller rests; told 400 ms it keeps a CPU
+    # for most of a 0.4 s rest (it yields to any other thread, so on a busy machine less: the bound
+    # is a quarter of it).
+    if not graph_gemm.fma_usable(tmp_path / "ops"):
+        pytest.skip("this CPU has no AVX2 / FMA")
+    before = torch.get_num_threads()
+    weight, x = torch.randn(384, 384), torch.randn(36, 384)
+    try:
+        torch.set_num_threads(2)
+        spent = {}
+        for spin in (0, 400):
+            torch.ops.bertkit.bertkit_set_team_spin(spin)
+            torch.ops.bertkit.bertkit_fma_linear(x, weight, None)
+            time.sleep(0.05)  # any spin of the previous setting's over
+            torch.ops.bertkit.bertkit_fma_linear(x, weight, None)
+            start = _ops_threads_cpu_ticks()
+            time.sleep(0.4)
+            spent[spin] = (_ops_threads_cpu_ticks() - start) / os.sysconf("SC_CLK_TCK")
+        assert spent[0] < 0.04 and spent[400] > 0.1, spent
+    finally:
+        torch.ops.bertkit.bertkit_set_team_spin(30)  # the library's default
+        torch.set_num_threads(before)
+    for value in ("-1", "abc", "1.5", "60001"):
+        monkeypatch.setenv(graph_gemm.SPIN_ENV, value)
+        with pytest.raises(BertkitError, match=f"BERTKIT_SPIN_MS must be a whole number of milliseconds.*{value!r}"):
+            graph_gemm.spin_ms()
+    monkeypatch.setenv(graph_gemm.SPIN_ENV, " 250 ")
+    assert graph_gemm.spin_ms() == 250
+    monkeypatch.delenv(graph_gemm.SPIN_ENV)
+    assert graph_gemm.spin_ms() is None
+
+
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cache, monkeypatch, one_thread):
     # Where AVX2 is the widest vector unit the fp32 graph's encoder Linears are the AVX2 op (forced
