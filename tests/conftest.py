@@ -1,4 +1,6 @@
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -6,6 +8,7 @@ from pathlib import Path
 # fixture) or fail at once on a closed loopback port, and the Hub cache is a fresh folder, never the user's.
 os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="bertkit-tests-hf-")
+atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)  # each test process its own
 os.environ.pop("HF_HUB_CACHE", None)
 os.environ.pop("HF_HUB_OFFLINE", None)
 os.environ.pop("HF_TOKEN", None)

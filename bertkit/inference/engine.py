@@ -188,7 +188,7 @@ class InferenceEngine:
         activations; "none" keeps the checkpoint's weights as they are.
 
         `compile`: a lone input (at bf16 and int8 up to four) runs through a graph compiled ahead for this
-        model and CPU (inference/compiled.py; fp32, bf16 or int8 on the CPU, int8 with VNNI; compiled
+        model and CPU (inference/compiled.py; fp32, bf16 or int8 on the CPU, int8 with VNNI, AMX or AVX2; compiled
         once, by `warm_up` or the first call, then loaded from the compile cache); larger batches keep
         the eager model.
 

@@ -634,7 +634,7 @@ def pipeline(task: str, model=None, tokenizer=None, device=None, batch_size: int
     precision "fp32" (default, as predict and serve: transformers' numbers) or "bf16" / "auto" (bf16
     autocast; "auto" only where the CPU or GPU has native bf16); quantize "int8" runs the encoder's Linear layers in dynamic int8;
     `compile` runs lone inputs (at bf16 and int8 up to four) through a graph compiled ahead for this model and
-    CPU (fp32, bf16 or, with quantize "int8" on a CPU with VNNI, int8; inference/compiled.py). Extra
+    CPU (fp32, bf16 or, with quantize "int8" on a CPU with VNNI, AMX or AVX2, int8; inference/compiled.py). Extra
     keyword arguments become the calls' defaults (e.g. top_k=None); unknown ones are refused.
     """
     task = ALIASES.get(task, task)

@@ -138,7 +138,7 @@ def add_arguments(parser) -> None:
                         help="int8: the encoder's Linear layers in dynamic int8 (CPU)")
     parser.add_argument("--compile", action="store_true",
                         help="a lone request (at bf16 and int8 up to four) through a graph compiled ahead for this model and "
-                             "CPU (fp32, bf16, or int8 with --quantize int8 on a CPU with VNNI; compiled once before listening, tens of seconds, then "
+                             "CPU (fp32, bf16, or int8 with --quantize int8 on a CPU with VNNI, AMX or AVX2; compiled once before listening, tens of seconds, then "
                              "cached: docs/speed.md)")
     parser.add_argument("--model-id", default=None, help="name reported by GET /info (default: the folder)")
     parser.add_argument("--log-format", default="text", choices=LOG_FORMATS,
