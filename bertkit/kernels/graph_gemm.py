@@ -164,9 +164,9 @@ def load(folder: Path) -> Path:
         # torch's folder too: the library is linked to that installation's libraries (their paths)
         facts = f"{source_text()}{torch.__version__}{torch._C._GLIBCXX_USE_CXX11_ABI}{Path(torch.__file__).parent}"
         path = folder / f"bertkit_graph_gemm-{hashlib.sha256(facts.encode()).hexdigest()[:16]}.so"
+        spin = spin_ms()  # a bad value refused before the build (~20 s) and the load
         if not path.is_file():
             _build(path)
-        spin = spin_ms()  # a bad value refused before anything is loaded
         # Global, so that a compiled package finds the C function when it is loaded.
         ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         _register_fake()
@@ -182,7 +182,7 @@ def spin_ms() -> int | None:
     text = os.environ.get(SPIN_ENV, "").strip()
     if not text:
         return None
-    if not text.isdigit() or int(text) > 60000:
+    if not (text.isascii() and text.isdigit()) or int(text) > 60000:  # ascii: int() refuses '²'
         raise BertkitError(f"{SPIN_ENV} must be a whole number of milliseconds from 0 to 60000, not {text!r}")
     return int(text)
 

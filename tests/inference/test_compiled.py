@@ -601,7 +601,7 @@ def test_the_ops_threads_spin_as_long_as_they_are_told_after_a_call(tmp_path, mo
     finally:
         torch.ops.bertkit.bertkit_set_team_spin(30)  # the library's default
         torch.set_num_threads(before)
-    for value in ("-1", "abc", "1.5", "60001"):
+    for value in ("-1", "abc", "1.5", "60001", "\u00b2"):
         monkeypatch.setenv(graph_gemm.SPIN_ENV, value)
         with pytest.raises(BertkitError, match=f"BERTKIT_SPIN_MS must be a whole number of milliseconds.*{value!r}"):
             graph_gemm.spin_ms()
