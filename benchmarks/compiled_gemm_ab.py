@@ -3,7 +3,9 @@ AMX int8 GEMM at int8) against the same graph with inductor's (oneDNN's), one in
 alternated in one process (issue 39); with `--op attention`, the graph with bertkit's attention op
 for short inputs against the same graph with torch's SDPA (both with bertkit's GEMMs); with `--op
 seven` (int8, AVX2 without VNNI), the int8 graph with 7-bit activations against the exact 8-bit
-AVX2 op.
+AVX2 op; with `--op paired` (the same CPUs), the 7-bit op on 7-bit weights (+-63, the engine's
+there: its kernel sums two pair products in int16 before widening) against the same op on 8-bit
+weights (one widening per pair).
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
@@ -11,9 +13,11 @@ AVX2 op.
     python benchmarks/compiled_gemm_ab.py --precision int8         # the engine's int8 weights, per-token graph
     python benchmarks/compiled_gemm_ab.py --op attention [--precision int8]
     python benchmarks/compiled_gemm_ab.py --op seven               # int8: 7-bit against 8-bit activations
+    python benchmarks/compiled_gemm_ab.py --op paired              # int8: 7-bit against 8-bit weights
 
 Both graphs are compiled (or loaded from the compile cache) from the same weights, one with
-`gemm_ops=False` (`attention_op=False` with `--op attention`, `seven_bit=False` with `--op seven`). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
+`gemm_ops=False` (`attention_op=False` with `--op attention`, `seven_bit=False` with `--op seven`;
+with `--op paired` from the same fp32 weights, quantised with `seven_bit` and without). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
 in turns, each call after `--rest` seconds without any. Prints the medians and the paired median of
 per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there
 (compiled_gemm_ab_int8_... at int8; compiled_attention_ab_... with `--op attention`).
@@ -22,6 +26,7 @@ per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<re
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import statistics
@@ -47,29 +52,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
-    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven"),
-                        help="which of bertkit's graph ops to A/B (seven: int8 only)")
+    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven", "paired"),
+                        help="which of bertkit's graph ops to A/B (seven, paired: int8 only)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
-    if args.op == "seven":
+    if args.op in ("seven", "paired"):
         args.precision = "int8"
     lo, hi = (int(v) for v in args.lengths.split(","))
     torch.set_num_threads(args.threads)
 
     model = bench_engines.bertkit_model(args.size)
+    other = model
     if args.precision == "int8":  # the engine's int8 weights; the graph quantises per token (kernels/int8.py)
-        from bertkit.kernels.int8 import quantize_int8
+        from bertkit.kernels.int8 import quantize_int8, seven_bit_default
 
-        quantize_int8(model)
+        if args.op == "paired":  # the same fp32 weights at 8 bits, through the same 7-bit op
+            other = quantize_int8(copy.deepcopy(model), seven_bit=False)
+        quantize_int8(model, seven_bit=seven_bit_default())
     base, ours = graph_names(args)
-    without = {"gemm": {"gemm_ops": False}, "attention": {"attention_op": False}, "seven": {"seven_bit": False}}[args.op]
-    graphs = {base: CompiledLoneInput(model, output_names_for(model), 512, args.precision, **without),
+    without = {"gemm": {"gemm_ops": False}, "attention": {"attention_op": False}, "seven": {"seven_bit": False},
+               "paired": {}}[args.op]
+    graphs = {base: CompiledLoneInput(other, output_names_for(model), 512, args.precision, **without),
               ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
-    applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].seven if args.op == "seven" \
-        else graphs[ours].mkl_gemm or graphs[ours].int8_gemm
+    applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].seven \
+        if args.op in ("seven", "paired") else graphs[ours].mkl_gemm or graphs[ours].int8_gemm
     if not applies:
         raise SystemExit(f"bertkit's {args.op} op does not apply on this CPU (fp32 GEMM: mkl_rows is 0; int8 GEMM: no "
-                         "AMX; attention: no AVX-512; seven: VNNI or AMX): nothing to compare")
+                         "AMX; attention: no AVX-512; seven, paired: VNNI or AMX): nothing to compare")
 
     def one_input(length: int):
         ids = torch.randint(1000, 20000, (1, length))
@@ -117,6 +126,8 @@ def graph_names(args) -> tuple[str, str]:
         return "SDPA", "bertkit attention"
     if args.op == "seven":
         return "8-bit AVX2 int8", "7-bit AVX2 int8"
+    if args.op == "paired":
+        return "7-bit op, 8-bit weights", "7-bit op, 7-bit weights"
     return "oneDNN GEMMs", "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
 
 

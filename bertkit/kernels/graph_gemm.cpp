@@ -531,6 +531,7 @@ struct Int8Problem {
   // point and each column's sum of weights take out the offset
   const int32_t* zero = nullptr;         // (m)
   const int32_t* column_sums = nullptr;  // (n padded to 64)
+  bool paired = false;                   // every weight within +-64: two pair sums added in int16
 };
 
 // C tiles -> y: int32 sums times the row's and the column's scale, plus the bias.
@@ -678,21 +679,56 @@ bool avx2_int8_usable() {
 }
 
 // Seven: `a` holds 7-bit unsigned values (int8_linear_seven), multiplied as they are, the rows' zero
-// points times the columns' weight sums taken from the sums as they are stored. The thread's next
+// points times the columns' weight sums taken from the sums as they are stored. Paired (Seven, and
+// every weight within +-64: kernels/int8.py quantises to +-63 for this op): two VPMADDUBSW pair sums
+// of eight K values are added in int16 before one VPMADDWD widens them, 4 x 127 x 64 = 32512 still
+// short of int16's limit, so the sums stay exact with one widening per 64 products, not two (Zen 3,
+// the inner loop alone: 1.4-1.5x). The thread's next
 // block `next` is fetched a line (4 K values of 16 columns) every `stride` lines from line `phase`,
 // as fma_rows fetches its next panel (MiniLM's 7-bit GEMMs in turn at 36 rows, Zen 3: one thread
 // 1.07-1.09x, two 1.03-1.06x).
 #define BERTKIT_INT8_ROWS(X) X(0) X(1) X(2) X(3)
-template <int R, bool Seven>
+enum class Int8Mode { exact, seven, paired };
+
+template <int R, Int8Mode Mode>
 __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t lda, const int8_t* block, int64_t kp,
                                                          const float* row_scale, const float* column_scale,
                                                          const float* bias, float* y, int64_t ldy, int64_t columns,
                                                          const int32_t* zero, const int32_t* column_sums,
                                                          const int8_t* next, int64_t phase, int64_t stride) {
+  constexpr bool Seven = Mode != Int8Mode::exact;
   const __m256i ones = _mm256_set1_epi16(1);
 #define BERTKIT_START(r) __m256i low##r = _mm256_setzero_si256(), high##r = _mm256_setzero_si256();
   BERTKIT_INT8_ROWS(BERTKIT_START)
   const int64_t lines = kp / 4;
+  if constexpr (Mode == Int8Mode::paired) {  // kp is a multiple of 64: whole pairs of lines
+    const int64_t pairs = lines / 2;
+    for (int64_t start = 0; start < pairs; start += stride) {
+      if (start + phase < pairs) {  // a pair's two lines: one line every `stride` lines, as below
+        const char* line = reinterpret_cast<const char*>(next + (start + phase) * 2 * kBlock * 4);
+        _mm_prefetch(line, _MM_HINT_T0);
+        _mm_prefetch(line + kBlock * 4, _MM_HINT_T0);
+      }
+      const int64_t end = std::min(pairs, start + stride) * 8;
+      for (int64_t i = start * 8; i < end; i += 8) {
+      const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));
+      const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32));
+      const __m256i c_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + (i + 4) * kBlock));
+      const __m256i c_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + (i + 4) * kBlock + 32));
+#define BERTKIT_PAIRED(r)                                                                                  \
+      if constexpr (r < R) {                                                                               \
+        int32_t words[2];                                                                                  \
+        std::memcpy(words, a + r * lda + i, sizeof(words));                                                \
+        const __m256i x = _mm256_set1_epi32(words[0]), x_next = _mm256_set1_epi32(words[1]);              \
+        low##r = _mm256_add_epi32(low##r, _mm256_madd_epi16(_mm256_add_epi16(                              \
+            _mm256_maddubs_epi16(x, b_low), _mm256_maddubs_epi16(x_next, c_low)), ones));                  \
+        high##r = _mm256_add_epi32(high##r, _mm256_madd_epi16(_mm256_add_epi16(                            \
+            _mm256_maddubs_epi16(x, b_high), _mm256_maddubs_epi16(x_next, c_high)), ones));                \
+      }
+      BERTKIT_INT8_ROWS(BERTKIT_PAIRED)
+      }
+    }
+  } else {
   for (int64_t start = 0; start < lines; start += stride) {
     if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kBlock * 4), _MM_HINT_T0);
     const int64_t end = std::min(lines, start + stride) * 4;
@@ -715,6 +751,7 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
     }
     BERTKIT_INT8_ROWS(BERTKIT_DOT)
     }
+  }
   }
   alignas(32) float scale[kBlock] = {}, start[kBlock] = {}, last[kBlock];
   std::memcpy(scale, column_scale, columns * sizeof(float));
@@ -747,6 +784,7 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
   }
   BERTKIT_INT8_ROWS(BERTKIT_STORE)
 #undef BERTKIT_START
+#undef BERTKIT_PAIRED
 #undef BERTKIT_DOT
 #undef BERTKIT_STORE
 }
@@ -754,9 +792,10 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
 
 using Int8Kernel = void (*)(const int8_t*, int64_t, const int8_t*, int64_t, const float*, const float*, const float*,
                             float*, int64_t, int64_t, const int32_t*, const int32_t*, const int8_t*, int64_t, int64_t);
-constexpr Int8Kernel kInt8Kernels[2][kInt8Rows] = {
-    {&int8_rows_avx2<1, false>, &int8_rows_avx2<2, false>, &int8_rows_avx2<3, false>, &int8_rows_avx2<4, false>},
-    {&int8_rows_avx2<1, true>, &int8_rows_avx2<2, true>, &int8_rows_avx2<3, true>, &int8_rows_avx2<4, true>}};
+#define BERTKIT_MODE(m) {&int8_rows_avx2<1, m>, &int8_rows_avx2<2, m>, &int8_rows_avx2<3, m>, &int8_rows_avx2<4, m>}
+constexpr Int8Kernel kInt8Kernels[3][kInt8Rows] = {
+    BERTKIT_MODE(Int8Mode::exact), BERTKIT_MODE(Int8Mode::seven), BERTKIT_MODE(Int8Mode::paired)};
+#undef BERTKIT_MODE
 
 // An item is one 16-column block times one chunk of rows, claimed one at a time on `threads` (as fma_compute).
 void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
@@ -770,7 +809,7 @@ void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
     const int64_t passes = (chunk_end - chunk + kInt8Rows - 1) / kInt8Rows;
     for (int64_t r = chunk, phase = 0; r < chunk_end; r += kInt8Rows, ++phase) {
       int64_t rows = std::min(kInt8Rows, chunk_end - r);
-      kInt8Kernels[p.zero != nullptr][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r,
+      kInt8Kernels[p.zero == nullptr ? 0 : p.paired ? 2 : 1][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r,
                                                 p.weight_scale + column, p.bias ? p.bias + column : nullptr,
                                                 p.y + r * p.n + column, p.n, columns, p.zero ? p.zero + r : nullptr,
                                                 p.column_sums ? p.column_sums + column : nullptr, ahead, phase, passes);
@@ -824,23 +863,36 @@ at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const a
 // 1.4-1.5x the exact kernel's speed on all-MiniLM-L6-v2's shapes. Each row is quantised here, as
 // it is read: its range [min(row, 0), max(row, 0)] over 127 steps, its zero point where 0 falls, so
 // the int32 sums hold (x/s + z) . w and z times the column's sum of weights comes off as they are
-// stored: y = s (sum - z sum(w)) w_scale + b.
+// stored: y = s (sum - z sum(w)) w_scale + b. With the weights within +-64 too (7-bit weights,
+// kernels/int8.py's `seven_bit`) two pair sums fit one int16 and the paired kernel widens once per
+// 64 products; the pack records whether its weights allow it.
 
 std::mutex seven_lock;
 std::unordered_map<const void*, Pack> seven_packs;
 
-// (K, N) int8 -> int8_pack's bytes, then each column's sum of weights (int32, N padded to 64)
+constexpr int64_t kPairedLimit = 64;  // 4 x 127 x 64 = 32512: two pair sums of 7-bit values fit an int16
+constexpr int64_t kSevenTail = 64;    // after the sums: one byte saying whether the pack is paired
+
+int64_t seven_pack_bytes(int64_t k, int64_t n) { return padded(n, kQuad) * (padded(k, kTileK) + 4) + kSevenTail; }
+
+// (K, N) int8 -> int8_pack's bytes, then each column's sum of weights (int32, N padded to 64), then
+// whether every weight lies within +-kPairedLimit (the paired kernel's sums cannot saturate)
 at::Tensor seven_pack(const at::Tensor& w) {
   int64_t k = w.size(0), n = w.size(1), kp = padded(k, kTileK), np = padded(n, kQuad);
-  auto data = at::zeros({np * kp + np * 4}, w.options().dtype(at::kChar));
+  auto data = at::zeros({seven_pack_bytes(k, n)}, w.options().dtype(at::kChar));
   data.narrow(0, 0, np * kp).copy_(int8_pack(w));
   int32_t* sums = reinterpret_cast<int32_t*>(data.data_ptr<int8_t>() + np * kp);
   auto values = w.accessor<int8_t, 2>();
+  bool paired = true;
   for (int64_t j = 0; j < n; ++j) {
     int32_t sum = 0;
-    for (int64_t i = 0; i < k; ++i) sum += values[i][j];
+    for (int64_t i = 0; i < k; ++i) {
+      sum += values[i][j];
+      paired = paired && std::abs(static_cast<int32_t>(values[i][j])) <= kPairedLimit;
+    }
     sums[j] = sum;
   }
+  data.data_ptr<int8_t>()[np * kp + np * 4] = paired ? 1 : 0;
   return data;
 }
 
@@ -905,7 +957,7 @@ at::Tensor seven_compute(Threads threads, const at::Tensor& input, const at::Ten
   const int8_t* packed = pack.data_ptr<int8_t>();
   Int8Problem problem{reinterpret_cast<const int8_t*>(q), m, kp, n, packed, scale, column_scales.data_ptr<float>(),
                       bias.defined() ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), zero,
-                      reinterpret_cast<const int32_t*>(packed + np * kp)};
+                      reinterpret_cast<const int32_t*>(packed + np * kp), packed[np * kp + np * 4] == 1};
   int8_avx2(problem, threads);
   return y;
 }
@@ -955,7 +1007,7 @@ at::Tensor int8_linear_seven_packed(const at::Tensor& x, const at::Tensor& pack,
   TORCH_CHECK(fma_usable(), "bertkit_int8_linear_seven_packed needs a CPU with AVX2");
   auto input = x.contiguous();
   int64_t k = input.size(-1), m = input.numel() / std::max<int64_t>(k, 1);
-  TORCH_CHECK(pack.numel() == padded(n, kQuad) * (padded(k, kTileK) + 4) && weight_scale.numel() == n,
+  TORCH_CHECK(pack.numel() == seven_pack_bytes(k, n) && weight_scale.numel() == n,
               "bertkit_int8_linear_seven_packed: the pack is not of a (", k, ", ", n, ") weight");
   bool has_bias = bias.has_value() && bias->defined();
   auto sizes = input.sizes().vec();

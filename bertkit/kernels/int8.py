@@ -4,7 +4,8 @@ Weights become int8 once (per output channel, symmetric); activations are quanti
 the fly (per tensor, asymmetric uint8) and the GEMMs accumulate in int32 (fbgemm, or oneDNN's
 VNNI kernels where the CPU has them: torch's "x86" quantisation engine picks). On the avx2 class
 without VNNI the inference engine takes bertkit's 7-bit AVX2 op instead (`seven_bit`:
-each token quantised over its own range, no outlier split; kernels/graph_gemm.py). This is the scheme
+each token quantised over its own range, the weights to 7 bits too, no outlier split;
+kernels/graph_gemm.py). This is the scheme
 of ONNX Runtime's `quantize_dynamic` and of torch's `quantize_dynamic`, with the weight scales per
 channel rather than per tensor (closer to fp32 at the same speed). The layout (unpadding, packed
 attention), LayerNorm, softmax, the embeddings and the task heads stay fp32.
@@ -48,10 +49,12 @@ OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32
 # 64 rows against 128 (even at one input of 57-64 tokens), MiniLM 0.95x from 64 (docs/speed.md).
 AMX_ROWS = 64
 AMX_REFERENCE_WIDTH = 768
+SEVEN_BIT_LEVELS = 63.0  # `seven_bit` weights' largest magnitude: 7-bit values the AVX2 op can pair
 GELU_FLOOR = -0.17  # the exact GELU's least value (-0.16997 at x = -0.7518): its output never lies below
-# Said where int8 buys no speed: measured on a 2-core AVX2-only EPYC (no VNNI),
+# Said where int8 buys no speed: fbgemm's kernels without VNNI, measured on a 2-core AVX2-only EPYC,
 # all-MiniLM-L6-v2 int8 34.9 against fp32 36.7 sequences/s, BERT-base 5.24 against 5.16
-# (benchmarks/results/avx2/engines.md); with VNNI (Zen 5) 1.31x and 1.83x fp32.
+# (benchmarks/results/avx2/engines.md); with VNNI (Zen 5) 1.31x and 1.83x fp32. Not said for
+# `seven_bit` (bertkit's 7-bit op, the engine's int8 on the avx2 class): 1.42x and 1.64x on Zen 3.
 NO_VNNI_NOTE = ("note: this CPU has no VNNI, so int8 runs 7-bit with 16-bit pair sums and measured no faster "
                 "than fp32 on such a CPU (docs/speed.md, int8); it still holds the weights in a quarter of the memory")
 
@@ -85,7 +88,10 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
         weight = layer.weight.detach().float()
-        scale = (weight.abs().amax(1).clamp(min=1e-8) / 127.0).double()  # (out,)
+        # 7-bit weights (+-63) for the 7-bit op: its kernel then sums two pair products in int16
+        # before widening, exact and 1.3x faster on the AVX2 CPUs it serves (kernels/graph_gemm.cpp)
+        levels = SEVEN_BIT_LEVELS if seven_bit else 127.0
+        scale = (weight.abs().amax(1).clamp(min=1e-8) / levels).double()  # (out,)
         with warnings.catch_warnings():  # torch marks its quantised tensors deprecated (still there in 2.13)
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch.quantize_per_channel(weight, scale, torch.zeros(len(scale), dtype=torch.long), 0,
@@ -103,7 +109,7 @@ class Int8Linear(nn.Module):
         # negative threshold nothing can lie then, and the outlier search reads the channels' maxima only.
         self.input_floor = input_floor
         # `seven_bit` (AVX2 without VNNI, `seven_bit_default`): the calls run bertkit's 7-bit op on its own
-        # pack of the same int8 weights, each token's row quantised over its own range (as the compiled
+        # pack of the 7-bit weights, each token's row quantised over its own range (as the compiled
         # graph there), with no outlier split; the fbgemm pack stays for int8_for_graph and export
         self._seven = graph_gemm.seven_pack(qweight.int_repr().t()) if seven_bit else None
         if seven_bit:
@@ -216,8 +222,9 @@ class Int8QKV(QKVProjection):
         return tuple(self.projection(x).split(self.sizes, -1))
 
 
-def _tell_when_int8_buys_no_speed() -> None:
-    if not cpu_features().vnni:
+def _tell_when_int8_buys_no_speed(seven_bit: bool) -> None:
+    # fbgemm's 7-bit kernels without VNNI; bertkit's 7-bit op there ran 1.4-1.6x fp32 (docs/speed.md)
+    if not cpu_features().vnni and not seven_bit:
         log.info(NO_VNNI_NOTE)
 
 
@@ -236,7 +243,8 @@ def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
     by its int8 dynamic-quantised copy, in place: query / key / value as one `Int8QKV`, the
     feed-forward output projections with their outlier channels in fp32; returns the model (in
     eval mode, CPU only). `seven_bit`: the Linears run bertkit's 7-bit per-token op instead (AVX2;
-    `seven_bit_default`), the same int8 weights, no outlier split."""
+    `seven_bit_default`), their weights quantised to 7 bits (+-63 per output channel, which the op's
+    kernel sums two pair products of in int16), no outlier split."""
     encoder = getattr(model, "encoder", None) or getattr(getattr(model, "bert", None), "encoder", None)
     if encoder is None:
         raise ValueError(f"{type(model).__name__} has no BERT encoder to quantise")
@@ -246,7 +254,7 @@ def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
         raise ValueError("seven_bit int8 needs bertkit's AVX2 int8 op: a CPU with AVX2 and without VNNI or AMX, "
                          "and a C++ compiler to build it")
     torch.backends.quantized.engine = _engine()
-    _tell_when_int8_buys_no_speed()
+    _tell_when_int8_buys_no_speed(seven_bit)
     model.eval()
     # The feed-forward output projections (layer.output.dense, fed by the GELU) get the outlier split;
     # behind the exact GELU their input has a known floor.
@@ -312,7 +320,8 @@ class RowInt8Linear(nn.Module):
 
     def seven(self, flat: torch.Tensor) -> torch.Tensor:
         """(N, in) fp32 -> (N, out) through bertkit's 7-bit op (kernels/graph_gemm.py): each row
-        quantised to unsigned 7-bit values over its own range, the same int8 weights."""
+        quantised to unsigned 7-bit values over its own range, the same int8 weights (7-bit ones,
+        +-63, from `quantize_int8(seven_bit=True)`, take its faster paired kernel)."""
         return graph_gemm.graph_int8_linear_seven(flat, self.weight, self.weight_scale, self.bias)
 
     def extra_repr(self) -> str:

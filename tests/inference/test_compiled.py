@@ -830,7 +830,9 @@ def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
     rounded half to even and offset (0-127), exact int32 sums with the int8 weight, the zero point
     times the column's weight sum taken off, times the scales, plus the bias; for odd sizes, a zero
     row, one-signed rows and every product at 127 x 127 (where 8-bit values would saturate the
-    AVX2 kernel's 16-bit pair sums)."""
+    AVX2 kernel's 16-bit pair sums); weights within +-64 (kernels/int8.py's 7-bit weights) take the
+    paired kernel, two pair sums added in int16, exact up to every product at 127 x 64, and one
+    weight of 65 keeps a pack off it."""
     from bertkit.kernels import graph_gemm
 
     graph_gemm.load(tmp_path / "ops")
@@ -855,20 +857,31 @@ def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
             x[1].zero_()  # a zero row: the bias alone
             x[2] = x[2].abs()  # one-signed rows: zero point 0, and 127
             x[min(m - 1, 3)] = -x[min(m - 1, 3)].abs()
-        weight = torch.randint(-127, 128, (n, k), dtype=torch.int8).t()
-        weight_scale, bias = torch.rand(n) / 50, torch.randn(n)
-        kept.append(weight)
-        got = graph_gemm.graph_int8_linear_seven(x, weight, weight_scale, bias)
-        assert got.shape == (m, n) and got.dtype == torch.float32
-        torch.testing.assert_close(got.double(), definition(x, weight, weight_scale, bias), rtol=1e-5, atol=1e-4)
-        if m > 2:
-            torch.testing.assert_close(got[1], bias)
+        for limit in (127, 64):
+            weight = torch.randint(-limit, limit + 1, (n, k), dtype=torch.int8).t()
+            weight_scale, bias = torch.rand(n) / 50, torch.randn(n)
+            kept.append(weight)
+            assert graph_gemm.seven_pack(weight)[-64].item() == (limit == 64)  # the pack says whether it pairs
+            got = graph_gemm.graph_int8_linear_seven(x, weight, weight_scale, bias)
+            assert got.shape == (m, n) and got.dtype == torch.float32
+            torch.testing.assert_close(got.double(), definition(x, weight, weight_scale, bias), rtol=1e-5, atol=1e-4)
+            if m > 2:
+                torch.testing.assert_close(got[1], bias)
     x = torch.full((4, 1536), 0.5)  # every value 127 after quantising
     weight = torch.full((1536, 40), 127, dtype=torch.int8)
     weight[::2, ::3] = -127
     ones = graph_gemm.graph_int8_linear_seven(x, weight, torch.ones(40), None)
     torch.testing.assert_close(ones.double(), (127 * weight.long().sum(0)).double().expand(4, 40) * (0.5 / 127),
                                rtol=1e-6, atol=0)  # the sums exact: only the float scale's rounding
+    for top in (64, -64):  # paired: four products of 127 x +-64 in one int16, 32512 (the limit's edge)
+        weight = torch.full((1536, 40), top, dtype=torch.int8)
+        weight[::3, ::2] = -top
+        assert graph_gemm.seven_pack(weight)[-64].item() == 1
+        paired = graph_gemm.graph_int8_linear_seven(x, weight, torch.ones(40), None)
+        torch.testing.assert_close(paired.double(), (127 * weight.long().sum(0)).double().expand(4, 40) * (0.5 / 127),
+                                   rtol=1e-6, atol=0)
+    weight[5, 7] = 65
+    assert graph_gemm.seven_pack(weight)[-64].item() == 0
 
 
 def _attention_formula(q, k, v, segments, heads):

@@ -300,6 +300,8 @@ def test_int8_onnx_export_runs_close_to_fp32(classifier, tmp_path):
 @pytest.mark.parametrize("vnni", [False, True])
 def test_int8_tells_the_user_where_it_buys_no_speed(classifier, monkeypatch, caplog, vnni):
     # Without VNNI int8 measured no faster than fp32 (docs/speed.md): the user hears it, once a call.
+    from bertkit.kernels import graph_gemm
+
     features = dataclasses.replace(cpu_features(), vnni=vnni)
     monkeypatch.setattr("bertkit.kernels.int8.cpu_features", lambda: features)
     model = BertForSequenceClassification.from_pretrained(classifier)
@@ -307,6 +309,11 @@ def test_int8_tells_the_user_where_it_buys_no_speed(classifier, monkeypatch, cap
         quantize_int8(model)
     notes = [r.getMessage() for r in caplog.records if "no VNNI" in r.getMessage()]
     assert notes == ([] if vnni else [NO_VNNI_NOTE])
+    if not vnni and graph_gemm.eager_seven():  # bertkit's 7-bit op, faster than fp32 there (docs/speed.md): no note
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="bertkit"):
+            quantize_int8(BertForSequenceClassification.from_pretrained(classifier), seven_bit=True)
+        assert not [r for r in caplog.records if "no VNNI" in r.getMessage()]
 
 
 # Where the 7-bit op can run: bertkit's AVX2 kernel (x86 torch, AVX2); nothing is built at collection
@@ -315,13 +322,13 @@ SEVEN_HERE = torch._C.has_mkl and cpu_features().cpu_class in ("avx2", "avx512")
 
 @pytest.mark.skipif(not SEVEN_HERE, reason="the 7-bit int8 op is bertkit's AVX2 kernel (x86 torch, AVX2)")
 def test_seven_bit_int8_linears_compute_what_the_int8_graphs_op_computes(classifier):
-    """quantize_int8(seven_bit=True): every encoder Linear runs bertkit's 7-bit op on its own pack of the
-    same int8 weights (each token's row quantised over its own range, no outlier split), so the eager
-    model gives the compiled graph's numbers on AVX2 exactly (the op run eagerly on int8_for_graph's
-    model); near fp32 too. The inference engine takes it by default where the CPU has neither VNNI
+    """quantize_int8(seven_bit=True): every encoder Linear runs bertkit's 7-bit op on its own pack of
+    7-bit weights (+-63 per output channel, which its paired kernel needs; each token's row quantised
+    over its own range, no outlier split), so the eager model gives the compiled graph's numbers on
+    AVX2 exactly (the op run eagerly on int8_for_graph's model of it); near fp32 too. The inference engine takes it by default where the CPU has neither VNNI
     nor AMX, its frozen encoder (inference/frozen.py) with the same numbers."""
     from bertkit.kernels import graph_gemm
-    from bertkit.kernels.int8 import int8_for_graph, seven_bit_default
+    from bertkit.kernels.int8 import RowInt8Linear, int8_for_graph, seven_bit_default
 
     assert graph_gemm.eager_ops()  # the ops build here (a C++ compiler; AVX2 and FMA)
     fp32 = BertForSequenceClassification.from_pretrained(classifier).eval()
@@ -329,7 +336,13 @@ def test_seven_bit_int8_linears_compute_what_the_int8_graphs_op_computes(classif
     layers = [m for m in seven.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m._seven is not None and m.outlier_threshold is None for m in layers)
     assert "7-bit per token" in repr(layers[0])
-    graph = int8_for_graph(quantize_int8(copy.deepcopy(fp32)))
+    graph = int8_for_graph(seven)
+    widest = [m.weight.abs().max().item() for m in graph.modules() if isinstance(m, RowInt8Linear)]
+    assert len(widest) == len(layers) and max(widest) == 63  # each row's largest weight at +-63
+    assert all(graph_gemm.seven_pack(m.weight)[-64].item() == 1 for m in graph.modules() if isinstance(m, RowInt8Linear))
+    eight = [m.weight.abs().max().item() for m in int8_for_graph(quantize_int8(copy.deepcopy(fp32))).modules()
+             if isinstance(m, RowInt8Linear)]
+    assert max(eight) == 127  # 8 bits everywhere else
     ids, mask = _batch([3, 9, 17, 5], len(WORDS))
     real = mask.bool()
     with torch.no_grad():
