@@ -4,8 +4,8 @@ Weights become int8 once (per output channel, symmetric); activations are quanti
 the fly (per tensor, asymmetric uint8) and the GEMMs accumulate in int32 (fbgemm, or oneDNN's
 VNNI kernels where the CPU has them: torch's "x86" quantisation engine picks). On the avx2 class
 without VNNI the inference engine takes bertkit's 7-bit AVX2 op instead (`seven_bit`:
-each token quantised over its own range, the weights to 7 bits too, no outlier split;
-kernels/graph_gemm.py). This is the scheme
+each token quantised over its own range, the feed-forward intermediate weights to 7 bits too, no
+outlier split; kernels/graph_gemm.py). This is the scheme
 of ONNX Runtime's `quantize_dynamic` and of torch's `quantize_dynamic`, with the weight scales per
 channel rather than per tensor (closer to fp32 at the same speed). The layout (unpadding, packed
 attention), LayerNorm, softmax, the embeddings and the task heads stay fp32.
@@ -49,7 +49,13 @@ OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32
 # 64 rows against 128 (even at one input of 57-64 tokens), MiniLM 0.95x from 64 (docs/speed.md).
 AMX_ROWS = 64
 AMX_REFERENCE_WIDTH = 768
-SEVEN_BIT_LEVELS = 63.0  # `seven_bit` weights' largest magnitude: 7-bit values the AVX2 op can pair
+# `seven_bit`: the feed-forward intermediate Linears' (H -> 4H) weights at 7 bits (+-63), which the
+# AVX2 op's paired kernel sums two pair products of in int16 (a third of the encoder's multiply-adds,
+# 1.3x faster there). Fine-tuned all-MiniLM-L6-v2, dev examples alone against fp32 (Zen 3): 7 bits
+# there MRPC -0.10 F1 / 0.00 accuracy, SST-2 -0.23 / 0.00 points (eager / graph); in every Linear
+# SST-2 -0.80, and every Linear but the feed-forward output projection (its input the GELU's, with
+# the outlier channels above) -0.46, at the issue's 0.5 limit (docs/speed.md).
+SEVEN_BIT_LEVELS = 63.0
 GELU_FLOOR = -0.17  # the exact GELU's least value (-0.16997 at x = -0.7518): its output never lies below
 # Said where int8 buys no speed: fbgemm's kernels without VNNI, measured on a 2-core AVX2-only EPYC,
 # all-MiniLM-L6-v2 int8 34.9 against fp32 36.7 sequences/s, BERT-base 5.24 against 5.16
@@ -84,14 +90,12 @@ class Int8Linear(nn.Module):
     the caller says it never reads it again (`overwrite_input`)."""
 
     def __init__(self, layer: nn.Linear, outlier_threshold: float | None = None, input_floor: float | None = None,
-                 seven_bit: bool = False):
+                 seven_bit: bool = False, weight_levels: float = 127.0):
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
         weight = layer.weight.detach().float()
-        # 7-bit weights (+-63) for the 7-bit op: its kernel then sums two pair products in int16
-        # before widening, exact and 1.3x faster on the AVX2 CPUs it serves (kernels/graph_gemm.cpp)
-        levels = SEVEN_BIT_LEVELS if seven_bit else 127.0
-        scale = (weight.abs().amax(1).clamp(min=1e-8) / levels).double()  # (out,)
+        # `weight_levels` SEVEN_BIT_LEVELS: 7-bit weights, which the 7-bit op's paired kernel takes
+        scale = (weight.abs().amax(1).clamp(min=1e-8) / weight_levels).double()  # (out,)
         with warnings.catch_warnings():  # torch marks its quantised tensors deprecated (still there in 2.13)
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch.quantize_per_channel(weight, scale, torch.zeros(len(scale), dtype=torch.long), 0,
@@ -109,7 +113,7 @@ class Int8Linear(nn.Module):
         # negative threshold nothing can lie then, and the outlier search reads the channels' maxima only.
         self.input_floor = input_floor
         # `seven_bit` (AVX2 without VNNI, `seven_bit_default`): the calls run bertkit's 7-bit op on its own
-        # pack of the 7-bit weights, each token's row quantised over its own range (as the compiled
+        # pack of the int8 weights, each token's row quantised over its own range (as the compiled
         # graph there), with no outlier split; the fbgemm pack stays for int8_for_graph and export
         self._seven = graph_gemm.seven_pack(qweight.int_repr().t()) if seven_bit else None
         if seven_bit:
@@ -243,8 +247,8 @@ def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
     by its int8 dynamic-quantised copy, in place: query / key / value as one `Int8QKV`, the
     feed-forward output projections with their outlier channels in fp32; returns the model (in
     eval mode, CPU only). `seven_bit`: the Linears run bertkit's 7-bit per-token op instead (AVX2;
-    `seven_bit_default`), their weights quantised to 7 bits (+-63 per output channel, which the op's
-    kernel sums two pair products of in int16), no outlier split."""
+    `seven_bit_default`), no outlier split, the feed-forward intermediate Linears' weights at 7 bits
+    (+-63 per output channel: the op's paired kernel, SEVEN_BIT_LEVELS)."""
     encoder = getattr(model, "encoder", None) or getattr(getattr(model, "bert", None), "encoder", None)
     if encoder is None:
         raise ValueError(f"{type(model).__name__} has no BERT encoder to quantise")
@@ -261,6 +265,8 @@ def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
     layers = getattr(encoder, "layer", ())
     ffn_outputs = {id(layer.output.dense) for layer in layers}
     gelu_fed = {id(layer.output.dense) for layer in layers if getattr(layer.intermediate, "act", None) is F.gelu}
+    # With `seven_bit` the intermediate Linears (H -> 4H) hold 7-bit weights (SEVEN_BIT_LEVELS)
+    seven_weights = {id(layer.intermediate.dense) for layer in layers} if seven_bit else set()
     # Query, key and value read the same input: one quantisation and one GEMM for the three.
     for attention in list(encoder.modules()):
         if all(isinstance(getattr(attention, name, None), nn.Linear) for name in ("query", "key", "value")):
@@ -270,7 +276,8 @@ def quantize_int8(model: nn.Module, seven_bit: bool = False) -> nn.Module:
                if isinstance(child, nn.Linear)]
     for parent, name, child in targets:
         setattr(parent, name, Int8Linear(child, OUTLIER_THRESHOLD if id(child) in ffn_outputs else None,
-                                         GELU_FLOOR if id(child) in gelu_fed else None, seven_bit))
+                                         GELU_FLOOR if id(child) in gelu_fed else None, seven_bit,
+                                         SEVEN_BIT_LEVELS if id(child) in seven_weights else 127.0))
     return model
 
 
@@ -321,7 +328,7 @@ class RowInt8Linear(nn.Module):
     def seven(self, flat: torch.Tensor) -> torch.Tensor:
         """(N, in) fp32 -> (N, out) through bertkit's 7-bit op (kernels/graph_gemm.py): each row
         quantised to unsigned 7-bit values over its own range, the same int8 weights (7-bit ones,
-        +-63, from `quantize_int8(seven_bit=True)`, take its faster paired kernel)."""
+        +-63, `quantize_int8(seven_bit=True)`'s intermediate Linears, take its paired kernel)."""
         return graph_gemm.graph_int8_linear_seven(flat, self.weight, self.weight_scale, self.bias)
 
     def extra_repr(self) -> str:

@@ -323,9 +323,10 @@ SEVEN_HERE = torch._C.has_mkl and cpu_features().cpu_class in ("avx2", "avx512")
 @pytest.mark.skipif(not SEVEN_HERE, reason="the 7-bit int8 op is bertkit's AVX2 kernel (x86 torch, AVX2)")
 def test_seven_bit_int8_linears_compute_what_the_int8_graphs_op_computes(classifier):
     """quantize_int8(seven_bit=True): every encoder Linear runs bertkit's 7-bit op on its own pack of
-    7-bit weights (+-63 per output channel, which its paired kernel needs; each token's row quantised
-    over its own range, no outlier split), so the eager model gives the compiled graph's numbers on
-    AVX2 exactly (the op run eagerly on int8_for_graph's model of it); near fp32 too. The inference engine takes it by default where the CPU has neither VNNI
+    the int8 weights (each token's row quantised over its own range, no outlier split), the
+    feed-forward intermediate Linears' at 7 bits (+-63 per output channel: the paired kernel), so the
+    eager model gives the compiled graph's numbers on AVX2 exactly (the op run eagerly on
+    int8_for_graph's model of it); near fp32 too. The inference engine takes it by default where the CPU has neither VNNI
     nor AMX, its frozen encoder (inference/frozen.py) with the same numbers."""
     from bertkit.kernels import graph_gemm
     from bertkit.kernels.int8 import RowInt8Linear, int8_for_graph, seven_bit_default
@@ -337,12 +338,16 @@ def test_seven_bit_int8_linears_compute_what_the_int8_graphs_op_computes(classif
     assert layers and all(m._seven is not None and m.outlier_threshold is None for m in layers)
     assert "7-bit per token" in repr(layers[0])
     graph = int8_for_graph(seven)
-    widest = [m.weight.abs().max().item() for m in graph.modules() if isinstance(m, RowInt8Linear)]
-    assert len(widest) == len(layers) and max(widest) == 63  # each row's largest weight at +-63
-    assert all(graph_gemm.seven_pack(m.weight)[-64].item() == 1 for m in graph.modules() if isinstance(m, RowInt8Linear))
+    widest = {name: m.weight.abs().max().item() for name, m in graph.named_modules() if isinstance(m, RowInt8Linear)}
+    intermediate = {name for name in widest if ".intermediate." in name}
+    assert len(widest) == len(layers) and len(intermediate) == fp32.config.num_hidden_layers
+    assert all(value == (63 if name in intermediate else 127) for name, value in widest.items())  # 7 bits: H -> 4H
+    paired = {name for name, m in graph.named_modules()
+              if isinstance(m, RowInt8Linear) and graph_gemm.seven_pack(m.weight)[-64].item() == 1}
+    assert paired == intermediate  # their packs run the paired kernel, the others' not
     eight = [m.weight.abs().max().item() for m in int8_for_graph(quantize_int8(copy.deepcopy(fp32))).modules()
              if isinstance(m, RowInt8Linear)]
-    assert max(eight) == 127  # 8 bits everywhere else
+    assert set(eight) == {127}  # 8 bits everywhere without seven_bit
     ids, mask = _batch([3, 9, 17, 5], len(WORDS))
     real = mask.bool()
     with torch.no_grad():
