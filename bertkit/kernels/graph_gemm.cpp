@@ -680,7 +680,7 @@ bool avx2_int8_usable() {
 
 // Seven: `a` holds 7-bit unsigned values (int8_linear_seven), multiplied as they are, the rows' zero
 // points times the columns' weight sums taken from the sums as they are stored. Paired (Seven, and
-// every weight within +-64: kernels/int8.py quantises to +-63 for this op): two VPMADDUBSW pair sums
+// every weight within +-64: kernels/int8.py's 7-bit weights, +-63): two VPMADDUBSW pair sums
 // of eight K values are added in int16 before one VPMADDWD widens them, 4 x 127 x 64 = 32512 still
 // short of int16's limit, so the sums stay exact with one widening per 64 products, not two (Zen 3,
 // the inner loop alone: 1.4-1.5x). The thread's next
@@ -863,9 +863,9 @@ at::Tensor int8_linear(const at::Tensor& q, const at::Tensor& row_scale, const a
 // 1.4-1.5x the exact kernel's speed on all-MiniLM-L6-v2's shapes. Each row is quantised here, as
 // it is read: its range [min(row, 0), max(row, 0)] over 127 steps, its zero point where 0 falls, so
 // the int32 sums hold (x/s + z) . w and z times the column's sum of weights comes off as they are
-// stored: y = s (sum - z sum(w)) w_scale + b. With the weights within +-64 too (7-bit weights,
-// kernels/int8.py's `seven_bit`) two pair sums fit one int16 and the paired kernel widens once per
-// 64 products; the pack records whether its weights allow it.
+// stored: y = s (sum - z sum(w)) w_scale + b. With the weights within +-64 too (7-bit weights: the
+// intermediate Linears' under kernels/int8.py's `seven_bit`) two pair sums fit one int16 and the
+// paired kernel widens once per 64 products; the pack records whether its weights allow it.
 
 std::mutex seven_lock;
 std::unordered_map<const void*, Pack> seven_packs;
