@@ -50,11 +50,11 @@ OUTLIER_THRESHOLD = 6.0  # |activation| past which a channel is computed in fp32
 AMX_ROWS = 64
 AMX_REFERENCE_WIDTH = 768
 # `seven_bit`: the feed-forward intermediate Linears' (H -> 4H) weights at 7 bits (+-63), which the
-# AVX2 op's paired kernel sums two pair products of in int16 (a third of the encoder's multiply-adds,
-# 1.3x faster there). Fine-tuned all-MiniLM-L6-v2, dev examples alone against fp32 (Zen 3): 7 bits
-# there MRPC -0.10 F1 / 0.00 accuracy, SST-2 -0.23 / 0.00 points (eager / graph); in every Linear
-# SST-2 -0.80, and every Linear but the feed-forward output projection (its input the GELU's, with
-# the outlier channels above) -0.46, at the issue's 0.5 limit (docs/speed.md).
+# AVX2 op's paired kernel sums two pair products of in int16 (a third of the encoder's multiply-adds;
+# the kernel's loop 1.4-1.5x on Zen 3). Fine-tuned all-MiniLM-L6-v2, dev examples alone against fp32
+# (Zen 3): 7 bits there MRPC -0.10 F1 / 0.00 accuracy, SST-2 -0.23 / 0.00 points (eager / graph); in
+# every Linear SST-2 -0.80, and every Linear but the feed-forward output projection (its input the
+# GELU's, with the outlier channels above) -0.46, close to issue 39's 0.5 limit (docs/speed.md).
 SEVEN_BIT_LEVELS = 63.0
 GELU_FLOOR = -0.17  # the exact GELU's least value (-0.16997 at x = -0.7518): its output never lies below
 # Said where int8 buys no speed: fbgemm's kernels without VNNI, measured on a 2-core AVX2-only EPYC,
