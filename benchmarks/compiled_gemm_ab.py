@@ -3,9 +3,10 @@ AMX int8 GEMM at int8) against the same graph with inductor's (oneDNN's), one in
 alternated in one process (issue 39); with `--op attention`, the graph with bertkit's attention op
 for short inputs against the same graph with torch's SDPA (both with bertkit's GEMMs); with `--op
 seven` (int8, AVX2 without VNNI), the int8 graph with 7-bit activations against the exact 8-bit
-AVX2 op; with `--op paired` (the same CPUs), the 7-bit op on 7-bit weights (+-63, the engine's
-there: its kernel sums two pair products in int16 before widening) against the same op on 8-bit
-weights (one widening per pair).
+AVX2 op; with `--op paired` (the same CPUs), the 7-bit op on the engine's weights there
+(`quantize_int8(seven_bit=True)`: the feed-forward intermediate Linears at 7 bits, +-63, which its
+paired kernel sums two pair products of in int16 before widening) against the same op on 8-bit
+weights everywhere (one widening per pair).
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
