@@ -3,6 +3,7 @@ compiled ahead gives the eager engine's numbers; the package is made once and th
 cache, a new one when the weights change; what compile cannot run is refused in one line."""
 
 import contextlib
+import gc
 import os
 import shutil
 import threading
@@ -575,6 +576,54 @@ def _ops_threads_cpu_ticks() -> int:
         except OSError:  # a thread that ended meanwhile
             pass
     return ticks
+
+
+def _huge_page_mappings() -> list[tuple[int, int]]:
+    """(start, end) of this process's mappings advised to take transparent huge pages (VmFlags "hg")."""
+    found, current = [], None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            current = (start, end)
+        elif head == "VmFlags:" and "hg" in line.split()[1:]:
+            found.append(current)
+    return found
+
+
+def _huge_page_bytes() -> int:
+    return sum(end - start for start, end in _huge_page_mappings())
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage").is_dir(),
+                    reason="the kernel has no transparent huge pages to ask for")
+def test_the_ops_packs_sit_in_huge_page_chunks_returned_once_their_packs_are_freed(tmp_path):
+    # A lone input streams every pack once per call: the packs are asked for 2 MB pages, several to a
+    # chunk, and a chunk that holds no live pack (and takes no new ones) goes back to the system.
+    if not graph_gemm.fma_usable(tmp_path / "ops"):
+        pytest.skip("this CPU has no AVX2 / FMA")
+    before = _huge_page_bytes()
+    weights = [torch.randn(512, 512) for _ in range(40)]  # 1 MB packs: three chunks of 16 MB at least
+    packs = [graph_gemm.fma_pack(w) for w in weights]
+    for pack in packs:
+        address = pack.data_ptr()
+        assert any(start <= address < end for start, end in _huge_page_mappings()), hex(address)
+        assert address % 64 == 0
+    x = torch.randn(5, 512)
+    for w, pack in zip(weights[:3], packs[:3]):
+        torch.testing.assert_close(graph_gemm.eager_linear(x, pack, 512, None), x @ w.T, rtol=1e-4, atol=1e-4)
+    grown = _huge_page_bytes()
+    assert grown >= before + 24 * 2**20, (before, grown)  # 40 MB of packs, at most a chunk's room already there
+    del packs
+    gc.collect()
+    assert _huge_page_bytes() <= before + 18 * 2**20, (before, _huge_page_bytes())  # the next packs' chunk stays
+    torch.ops.bertkit.bertkit_set_pack_pages(False)  # an A/B's 4 KB pages: ordinary memory
+    try:
+        small = graph_gemm.fma_pack(weights[0])
+        assert not any(start <= small.data_ptr() < end for start, end in _huge_page_mappings())
+        torch.testing.assert_close(graph_gemm.eager_linear(x, small, 512, None), x @ weights[0].T, rtol=1e-4, atol=1e-4)
+    finally:
+        torch.ops.bertkit.bertkit_set_pack_pages(True)
 
 
 def test_the_ops_threads_spin_as_long_as_they_are_told_after_a_call(tmp_path, monkeypatch):
