@@ -6,7 +6,11 @@ seven` (int8, AVX2 without VNNI), the int8 graph with 7-bit activations against 
 AVX2 op; with `--op paired` (the same CPUs), the 7-bit op on the engine's weights there
 (`quantize_int8(seven_bit=True)`: the feed-forward intermediate Linears at 7 bits, +-63, which its
 paired kernel sums two pair products of in int16 before widening) against the same op on 8-bit
-weights everywhere (one widening per pair).
+weights everywhere (one widening per pair); with `--op gelu` (the AVX2 class: fp32, or int8 without
+VNNI), the graph whose feed-forward intermediate GEMM op applies the GELU as it stores its outputs
+against the same graph with inductor's GELU loop after it; with `--op pages`, the graph whose GEMM
+ops' packs sit on 2 MB pages (graph_gemm.cpp, PackMemory) against the same graph's packs on 4 KB
+pages (`bertkit_set_pack_pages(False)` while its packs are made).
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
@@ -15,10 +19,13 @@ weights everywhere (one widening per pair).
     python benchmarks/compiled_gemm_ab.py --op attention [--precision int8]
     python benchmarks/compiled_gemm_ab.py --op seven               # int8: 7-bit against 8-bit activations
     python benchmarks/compiled_gemm_ab.py --op paired              # int8: 7-bit against 8-bit weights
+    python benchmarks/compiled_gemm_ab.py --op gelu [--precision int8]
+    python benchmarks/compiled_gemm_ab.py --op pages [--precision int8]
 
 Both graphs are compiled (or loaded from the compile cache) from the same weights, one with
 `gemm_ops=False` (`attention_op=False` with `--op attention`, `seven_bit=False` with `--op seven`;
-with `--op paired` from the same fp32 weights, quantised with `seven_bit` and without). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
+with `--op paired` from the same fp32 weights, quantised with `seven_bit` and without; `gelu_op=False`
+with `--op gelu`; the same package twice with `--op pages`, each load its own constants and packs). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
 in turns, each call after `--rest` seconds without any. Prints the medians and the paired median of
 per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there
 (compiled_gemm_ab_int8_... at int8; compiled_attention_ab_... with `--op attention`).
@@ -53,7 +60,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
-    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven", "paired"),
+    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven", "paired", "gelu", "pages"),
                         help="which of bertkit's graph ops to A/B (seven, paired: int8 only)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
@@ -72,14 +79,16 @@ def main() -> None:
         quantize_int8(model, seven_bit=seven_bit_default())
     base, ours = graph_names(args)
     without = {"gemm": {"gemm_ops": False}, "attention": {"attention_op": False}, "seven": {"seven_bit": False},
-               "paired": {}}[args.op]
+               "paired": {}, "gelu": {"gelu_op": False}, "pages": {}}[args.op]
     graphs = {base: CompiledLoneInput(other, output_names_for(model), 512, args.precision, **without),
               ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
     applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].seven \
-        if args.op in ("seven", "paired") else graphs[ours].mkl_gemm or graphs[ours].int8_gemm
+        if args.op in ("seven", "paired") else graphs[ours].gelu_op if args.op == "gelu" \
+        else graphs[ours].mkl_gemm or graphs[ours].int8_gemm or graphs[ours].fma_gemm
     if not applies:
         raise SystemExit(f"bertkit's {args.op} op does not apply on this CPU (fp32 GEMM: mkl_rows is 0; int8 GEMM: no "
-                         "AMX; attention: no AVX-512; seven, paired: VNNI or AMX): nothing to compare")
+                         "AMX; attention: no AVX-512; seven, paired: VNNI or AMX; gelu: not the avx2 class): "
+                         "nothing to compare")
 
     def one_input(length: int):
         ids = torch.randint(1000, 20000, (1, length))
@@ -90,6 +99,10 @@ def main() -> None:
     lengths = [8 * rng.randint(-(-lo // 8), max(1, hi // 8)) for _ in range(args.rounds)]
     times: dict[str, list[float]] = {name: [] for name in graphs}
     with torch.inference_mode():
+        if args.op == "pages":  # each graph's packs made on its first call: the base one's on 4 KB pages
+            torch.ops.bertkit.bertkit_set_pack_pages(False)
+            graphs[base](*one_input(16))
+            torch.ops.bertkit.bertkit_set_pack_pages(True)
         for length in sorted(set(lengths)):  # each row count's kernels made before timing
             for graph in graphs.values():
                 graph(*one_input(length))
@@ -129,6 +142,10 @@ def graph_names(args) -> tuple[str, str]:
         return "8-bit AVX2 int8", "7-bit AVX2 int8"
     if args.op == "paired":
         return "7-bit op, 8-bit weights", "7-bit op, 7-bit weights"
+    if args.op == "gelu":
+        return "inductor's GELU", "the GEMM op's GELU"
+    if args.op == "pages":
+        return "packs on 4 KB pages", "packs on 2 MB pages"
     return "oneDNN GEMMs", "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
 
 

@@ -175,7 +175,8 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
               mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM,
-              attention_op: bool = False, fma_gemm: bool = False, seven: bool = False, avx2_ops: bool = False) -> str:
+              attention_op: bool = False, fma_gemm: bool = False, seven: bool = False, avx2_ops: bool = False,
+              gelu_op: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -190,6 +191,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
              "attention": "bertkit op" if attention_op else "sdpa",
              "loops": "calling thread" if (fma_gemm or avx2_ops) and attention_op else "openmp",
+             "gelu": "gemm op" if gelu_op else "inductor's",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              # ... and the code they run: a change to bertkit's source within a version is another graph
@@ -228,7 +230,8 @@ class CompiledLoneInput:
     benchmarks/compiled_gemm_ab.py."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
-                 precision: str = "fp32", gemm_ops: bool = True, attention_op: bool = True, seven_bit: bool = True):
+                 precision: str = "fp32", gemm_ops: bool = True, attention_op: bool = True, seven_bit: bool = True,
+                 gelu_op: bool = True):
         _check_can_compile(model, precision)
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
@@ -247,6 +250,9 @@ class CompiledLoneInput:
         self.seven = self.int8_gemm and not cpu_features().amx and seven_bit
         # The AVX2 GEMMs (fp32, and int8 without VNNI) run on the ops' own threads (graph_gemm.cpp, Team)
         self.avx2_ops = self.fma_gemm or (self.int8_gemm and not cpu_features().amx)
+        # Their feed-forward intermediate applies the exact GELU as it stores its outputs, on the ops'
+        # threads (inductor's GELU loop ran on the calling thread alone; `gelu_op` False keeps it)
+        self.gelu_op = gelu_op and (self.fma_gemm or self.seven)
         # With bertkit's AVX2 GEMMs nothing in the graph is made per row count (inductor's loops take
         # any length): a lone input goes at its own length rather than padded to a multiple of 8
         self.shapes_free = self.avx2_ops
@@ -264,7 +270,7 @@ class CompiledLoneInput:
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
-                        self.attention_op, self.fma_gemm, self.seven, self.avx2_ops)
+                        self.attention_op, self.fma_gemm, self.seven, self.avx2_ops, self.gelu_op)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -313,7 +319,8 @@ class CompiledLoneInput:
         try:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
                 else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm and not self.seven,
-                                          attention=self.attention_op, fma=self.fma_gemm, seven=self.seven) \
+                                          attention=self.attention_op, fma=self.fma_gemm, seven=self.seven,
+                                          gelu=self.gelu_op) \
                 if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             # With the AVX2 ops every GEMM and attention runs on the ops' own threads, which never wait

@@ -129,7 +129,7 @@ def _int8_step(layer: BertLayer) -> tuple:
     projection, sizes, output = qkv.projection.gemm, qkv.sizes, layer.attention.output.dense.gemm
     # The GELU's output feeds the last projection only: its outlier split need not restore it.
     return (lambda x: projection(x).split(sizes, -1), lambda x: output(x if x.is_contiguous() else x.contiguous()),
-            lambda x: torch.ops.aten.gelu_(up(x)), lambda x: down(x, overwrite_input=True))
+            lambda x: up(x, gelu=True), lambda x: down(x, overwrite_input=True))
 
 
 class FrozenEncoder(BertEncoder):

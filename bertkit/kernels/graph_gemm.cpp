@@ -2,6 +2,7 @@
 //
 //   bertkit_mkl_linear(x, weight, bias)        fp32: MKL's packed sgemm, for any row count
 //   bertkit_fma_linear(x, weight, bias)        fp32: bertkit's AVX2 / FMA kernel, for any row count
+//   bertkit_fma_linear_gelu(x, weight, bias)   the same through the exact GELU
 //   bertkit_int8_linear(q, row_scale, weight, weight_scale, bias)
 //                                              int8: per-row int8 x per-column int8 on AMX tiles
 //                                              (on AVX2 without VNNI, VPMADDUBSW), its scales and
@@ -9,6 +10,7 @@
 //   bertkit_int8_linear_seven(x, weight, weight_scale, bias)
 //                                              int8 on AVX2 without VNNI: fp32 rows quantised per row
 //                                              to 7 bits (unsigned, a zero point) x per-column int8
+//   bertkit_int8_linear_seven_gelu(...)        the same through the exact GELU
 //   bertkit_attention(q, k, v, mask, heads)    fp32 attention of a short input (up to 64 keys) on
 //                                              AVX-512 or AVX2 (on AVX2 up to 512), longer ones
 //                                              through torch's SDPA
@@ -432,6 +434,18 @@ __attribute__((target("avx2,fma"))) inline __m256 gelu8(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), one_plus_erf);
 }
 
+// gelu8 over `columns` values in place (a last few through a buffer)
+__attribute__((target("avx2,fma"))) void gelu_columns(float* y, int64_t columns) {
+  int64_t c = 0;
+  for (; c + 8 <= columns; c += 8) _mm256_storeu_ps(y + c, gelu8(_mm256_loadu_ps(y + c)));
+  if (c < columns) {
+    alignas(32) float rest[8] = {};
+    std::memcpy(rest, y + c, (columns - c) * sizeof(float));
+    _mm256_store_ps(rest, gelu8(_mm256_load_ps(rest)));
+    std::memcpy(y + c, rest, (columns - c) * sizeof(float));
+  }
+}
+
 // R rows of x (from `x`, `ldx` apart) times one panel (K x 16) plus its 16 biases -> y's `columns` (<= 16),
 // through the exact GELU when `Gelu`.
 // Meanwhile one line (one K row, 64 bytes) of the thread's next panel `next` is fetched into L1 every
@@ -545,6 +559,14 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& weight, const std::
   return fma_compute(Threads::team, x, pack_for<float>(fma_packs, fma_lock, weight, fma_pack), weight.size(0), bias);
 }
 
+// The same through the exact GELU as the sums are stored (the fp32 graph's feed-forward intermediate)
+at::Tensor fma_linear_gelu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  check_fma_operands(x, weight);
+  TORCH_CHECK(weight.dim() == 2 && x.size(-1) == weight.size(1), "bertkit_fma_linear_gelu: shapes do not match");
+  if (!fma_usable() || !weight.is_contiguous() || weight.numel() == 0) return at::gelu(at::linear(x, weight, bias));
+  return fma_compute(Threads::team, x, pack_for<float>(fma_packs, fma_lock, weight, fma_pack), weight.size(0), bias, true);
+}
+
 // An eager model's: the pack made by bertkit_fma_pack and held by the caller (freed with the weight
 // it was made from: kernels/packed.py), the items on torch's threads.
 at::Tensor fma_pack_weight(const at::Tensor& weight) {
@@ -613,6 +635,7 @@ struct Int8Problem {
   const int32_t* zero = nullptr;         // (m)
   const int32_t* column_sums = nullptr;  // (n padded to 64)
   bool paired = false;                   // every weight within +-64: two pair sums added in int16
+  bool gelu = false;                     // the exact GELU of each output (gelu8), applied as an item ends
 };
 
 // C tiles -> y: int32 sums times the row's and the column's scale, plus the bias.
@@ -834,11 +857,19 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
     }
   }
   }
+  // A whole block's scales and bias read in place: copied out for every call (two memcpy calls of a
+  // variable size) they cost 3-12% of the kernel at one request's rows (Zen 3, harness A/B)
   alignas(32) float scale[kBlock] = {}, start[kBlock] = {}, last[kBlock];
-  std::memcpy(scale, column_scale, columns * sizeof(float));
-  if (bias != nullptr) std::memcpy(start, bias, columns * sizeof(float));
-  const __m256 scale_low = _mm256_load_ps(scale), scale_high = _mm256_load_ps(scale + 8);
-  const __m256 bias_low = _mm256_load_ps(start), bias_high = _mm256_load_ps(start + 8);
+  const float* scales = column_scale;
+  const float* biases = bias != nullptr ? bias : start;
+  if (columns < kBlock) {
+    std::memcpy(scale, column_scale, columns * sizeof(float));
+    if (bias != nullptr) std::memcpy(start, bias, columns * sizeof(float));
+    scales = scale;
+    biases = start;
+  }
+  const __m256 scale_low = _mm256_loadu_ps(scales), scale_high = _mm256_loadu_ps(scales + 8);
+  const __m256 bias_low = _mm256_loadu_ps(biases), bias_high = _mm256_loadu_ps(biases + 8);
   __m256i sums_low = _mm256_setzero_si256(), sums_high = _mm256_setzero_si256();
   if constexpr (Seven) {  // padded to whole blocks of 64 columns: 16 can be read
     sums_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums));
@@ -895,6 +926,8 @@ void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
                                                 p.y + r * p.n + column, p.n, columns, p.zero ? p.zero + r : nullptr,
                                                 p.column_sums ? p.column_sums + column : nullptr, ahead, phase, passes);
     }
+    if (p.gelu)
+      for (int64_t r = chunk; r < chunk_end; ++r) gelu_columns(p.y + r * p.n + column, columns);
   });
 }
 
@@ -1019,7 +1052,7 @@ __attribute__((target("avx2,fma"))) void quantise_row_seven(const float* x, int6
 // (M, K) contiguous fp32 rows times a seven_pack of N columns (its scales, bias or undefined) -> (M, N),
 // the rows quantised and the items run on `threads` (16 rows an item for the quantising).
 at::Tensor seven_compute(Threads threads, const at::Tensor& input, const at::Tensor& pack, int64_t n,
-                         const at::Tensor& column_scales, const at::Tensor& bias) {
+                         const at::Tensor& column_scales, const at::Tensor& bias, bool gelu = false) {
   int64_t m = input.size(0), k = input.size(1), kp = padded(k, kTileK), np = padded(n, kQuad);
   auto y = at::empty({m, n}, input.options());
   if (m == 0) return y;
@@ -1038,7 +1071,7 @@ at::Tensor seven_compute(Threads threads, const at::Tensor& input, const at::Ten
   const int8_t* packed = pack.data_ptr<int8_t>();
   Int8Problem problem{reinterpret_cast<const int8_t*>(q), m, kp, n, packed, scale, column_scales.data_ptr<float>(),
                       bias.defined() ? bias.data_ptr<float>() : nullptr, y.data_ptr<float>(), zero,
-                      reinterpret_cast<const int32_t*>(packed + np * kp), packed[np * kp + np * 4] == 1};
+                      reinterpret_cast<const int32_t*>(packed + np * kp), packed[np * kp + np * 4] == 1, gelu};
   int8_avx2(problem, threads);
   return y;
 }
@@ -1046,8 +1079,8 @@ at::Tensor seven_compute(Threads threads, const at::Tensor& input, const at::Ten
 // (M, K) fp32 rows x, the (K, N) int8 weight (any strides), its (N,) scales and bias -> (M, N) fp32:
 // x quantised per row to 7 bits (above), times the weight. Where the AVX2 kernel cannot run, the
 // same arithmetic in ATen (the same numbers, slower).
-at::Tensor int8_linear_seven(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
-                             const std::optional<at::Tensor>& bias) {
+at::Tensor seven_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                        const std::optional<at::Tensor>& bias, bool gelu) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kChar && x.device().is_cpu(),
               "bertkit_int8_linear_seven takes fp32 CPU rows and int8 weights");
   TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(0) && weight_scale.numel() == weight.size(1),
@@ -1067,10 +1100,23 @@ at::Tensor int8_linear_seven(const at::Tensor& x, const at::Tensor& weight, cons
     auto w = weight.to(at::kDouble);
     auto sums = at::matmul(q, w) - z.to(at::kDouble) * w.sum(0);
     auto y = (sums * s.to(at::kDouble) * column_scales.to(at::kDouble)).to(at::kFloat);
-    return has_bias ? y + bias_values : y;
+    if (has_bias) y = y + bias_values;
+    return gelu ? at::gelu(y) : y;
   }
   return seven_compute(Threads::team, input, pack_for<int8_t>(seven_packs, seven_lock, weight, seven_pack), n,
-                       column_scales, has_bias ? bias_values : at::Tensor());
+                       column_scales, has_bias ? bias_values : at::Tensor(), gelu);
+}
+
+at::Tensor int8_linear_seven(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                             const std::optional<at::Tensor>& bias) {
+  return seven_linear(x, weight, weight_scale, bias, false);
+}
+
+// The same, then the exact GELU of each output as its item ends (the feed-forward intermediate of the
+// int8 graph: inductor's GELU loop ran on the calling thread alone between two ops)
+at::Tensor int8_linear_seven_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& weight_scale,
+                                  const std::optional<at::Tensor>& bias) {
+  return seven_linear(x, weight, weight_scale, bias, true);
 }
 
 // An eager model's (kernels/int8.py, Int8Linear on AVX2 without VNNI): the pack made by
@@ -1082,7 +1128,7 @@ at::Tensor seven_pack_weight(const at::Tensor& weight) {
 }
 
 at::Tensor int8_linear_seven_packed(const at::Tensor& x, const at::Tensor& pack, int64_t n, const at::Tensor& weight_scale,
-                                    const std::optional<at::Tensor>& bias) {
+                                    const std::optional<at::Tensor>& bias, bool gelu) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.device().is_cpu() && pack.scalar_type() == at::kChar,
               "bertkit_int8_linear_seven_packed takes fp32 CPU rows and a bertkit_seven_pack");
   TORCH_CHECK(fma_usable(), "bertkit_int8_linear_seven_packed needs a CPU with AVX2");
@@ -1094,7 +1140,7 @@ at::Tensor int8_linear_seven_packed(const at::Tensor& x, const at::Tensor& pack,
   auto sizes = input.sizes().vec();
   sizes.back() = n;
   return seven_compute(Threads::torch, input.view({m, k}), pack, n, weight_scale.to(at::kFloat).contiguous(),
-                       has_bias ? bias->to(at::kFloat).contiguous() : at::Tensor()).view(sizes);
+                       has_bias ? bias->to(at::kFloat).contiguous() : at::Tensor(), gelu).view(sizes);
 }
 
 // ---- attention over a short input
@@ -1538,13 +1584,15 @@ bool avx2_int8() { return avx2_int8_usable(); }
 TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_mkl_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("bertkit_fma_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("bertkit_fma_linear_gelu(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
   m.def("bertkit_fma_usable() -> bool", &fma_usable);  // whether bertkit_fma_linear runs its own kernel here
   m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
   m.def("bertkit_avx2_int8() -> bool", &avx2_int8);  // whether it runs its AVX2 kernel here (no VNNI, no AMX)
   m.def("bertkit_int8_linear_seven(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
+  m.def("bertkit_int8_linear_seven_gelu(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_seven_pack(Tensor weight) -> Tensor");
-  m.def("bertkit_int8_linear_seven_packed(Tensor x, Tensor pack, int n, Tensor weight_scale, Tensor? bias) -> Tensor");
+  m.def("bertkit_int8_linear_seven_packed(Tensor x, Tensor pack, int n, Tensor weight_scale, Tensor? bias, bool gelu=False) -> Tensor");
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   // the same two ops on torch's OpenMP threads, for eager models (run_items)
   m.def("bertkit_fma_pack(Tensor weight) -> Tensor");
@@ -1557,8 +1605,10 @@ TORCH_LIBRARY(bertkit, m) {
 TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_mkl_linear", &mkl_linear);
   m.impl("bertkit_fma_linear", &fma_linear);
+  m.impl("bertkit_fma_linear_gelu", &fma_linear_gelu);
   m.impl("bertkit_int8_linear", &int8_linear);
   m.impl("bertkit_int8_linear_seven", &int8_linear_seven);
+  m.impl("bertkit_int8_linear_seven_gelu", &int8_linear_seven_gelu);
   m.impl("bertkit_seven_pack", &seven_pack_weight);
   m.impl("bertkit_int8_linear_seven_packed", &int8_linear_seven_packed);
   m.impl("bertkit_attention", &attention);
@@ -1587,6 +1637,16 @@ extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_FMA(
   });
 }
 
+extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_FMA_GELU(
+    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    using namespace torch::aot_inductor;
+    std::optional<at::Tensor> b;
+    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
+    *ret0 = new_tensor_handle(fma_linear_gelu(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight), b));
+  });
+}
+
 extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_INT8(
     AtenTensorHandle q, AtenTensorHandle row_scale, AtenTensorHandle weight, AtenTensorHandle weight_scale,
     AtenTensorHandle* bias, AtenTensorHandle* ret0) {
@@ -1609,6 +1669,18 @@ extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_SEVEN(
     if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
     *ret0 = new_tensor_handle(int8_linear_seven(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight),
                                                 *tensor_handle_to_tensor_pointer(weight_scale), b));
+  });
+}
+
+extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_SEVEN_GELU(
+    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle weight_scale, AtenTensorHandle* bias,
+    AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    using namespace torch::aot_inductor;
+    std::optional<at::Tensor> b;
+    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
+    *ret0 = new_tensor_handle(int8_linear_seven_gelu(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight),
+                                                     *tensor_handle_to_tensor_pointer(weight_scale), b));
   });
 }
 

@@ -85,6 +85,7 @@ import threading
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import BertkitError
 
@@ -92,6 +93,8 @@ OP = "bertkit::bertkit_mkl_linear"
 FMA_OP = "bertkit::bertkit_fma_linear"
 INT8_OP = "bertkit::bertkit_int8_linear"
 SEVEN_OP = "bertkit::bertkit_int8_linear_seven"
+FMA_GELU_OP = "bertkit::bertkit_fma_linear_gelu"
+SEVEN_GELU_OP = "bertkit::bertkit_int8_linear_seven_gelu"
 # inductor names an op's C function aoti_torch_cpu_<op name>: the op's name keeps it clear of torch's own
 SHIM = "aoti_torch_cpu_bertkit_mkl_linear"
 SHIM_DECLARATION = f"AOTITorchError {SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*)"
@@ -103,6 +106,11 @@ INT8_SHIM_DECLARATION = (f"AOTITorchError {INT8_SHIM}(AtenTensorHandle, AtenTens
 SEVEN_SHIM = "aoti_torch_cpu_bertkit_int8_linear_seven"
 SEVEN_SHIM_DECLARATION = (f"AOTITorchError {SEVEN_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
                           "AtenTensorHandle*, AtenTensorHandle*)")
+# the same two through the exact GELU, for the feed-forward intermediate (its GELU on the ops' threads)
+FMA_GELU_SHIM = "aoti_torch_cpu_bertkit_fma_linear_gelu"
+FMA_GELU_SHIM_DECLARATION = FMA_SHIM_DECLARATION.replace(FMA_SHIM, FMA_GELU_SHIM)
+SEVEN_GELU_SHIM = "aoti_torch_cpu_bertkit_int8_linear_seven_gelu"
+SEVEN_GELU_SHIM_DECLARATION = SEVEN_SHIM_DECLARATION.replace(SEVEN_SHIM, SEVEN_GELU_SHIM)
 ATTENTION_OP = "bertkit::bertkit_attention"
 ATTENTION_SHIM = "aoti_torch_cpu_bertkit_attention"
 ATTENTION_SHIM_DECLARATION = (f"AOTITorchError {ATTENTION_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
@@ -128,6 +136,7 @@ def cache_dir() -> Path:
 
 def source_text() -> str:
     text = SOURCE_FILE.read_text(encoding="utf-8")
+    text = text.replace("SHIM_FMA_GELU", FMA_GELU_SHIM).replace("SHIM_SEVEN_GELU", SEVEN_GELU_SHIM)  # before their prefixes
     return text.replace("SHIM_MKL", SHIM).replace("SHIM_FMA", FMA_SHIM).replace("SHIM_INT8", INT8_SHIM) \
         .replace("SHIM_SEVEN", SEVEN_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM)
 
@@ -277,16 +286,26 @@ def _register_fake() -> None:
     def _(x, weight, weight_scale, bias):
         return x.new_empty(x.shape[0], weight.shape[1])
 
+    @torch.library.register_fake(FMA_GELU_OP)
+    def _(x, weight, bias):
+        return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+    @torch.library.register_fake(SEVEN_GELU_OP)
+    def _(x, weight, weight_scale, bias):
+        return x.new_empty(x.shape[0], weight.shape[1])
+
     @torch.library.register_fake(ATTENTION_OP)
     def _(q, k, v, mask, heads):
         return q.new_empty(q.shape)
 
 
 @contextlib.contextmanager
-def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma: bool = False, seven: bool = False):
+def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma: bool = False, seven: bool = False,
+              gelu: bool = True):
     """While a model is exported inside this block, its fp32 Linears (kernels.linear) record the MKL
     op when `mkl`, the AVX2 / FMA op when `fma`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`,
-    the 7-bit int8 op (their rows quantised by the op) when `seven`,
+    the 7-bit int8 op (their rows quantised by the op) when `seven` (with `gelu`, a feed-forward
+    intermediate the AVX2 / FMA or 7-bit op that applies the GELU itself, else inductor's GELU after it),
     its fp32 padded attention (kernels/layout.Padded) the attention op when `attention` (load()
     first); inductor is told to call them through their C functions."""
     import torch._inductor.config as inductor_config
@@ -294,16 +313,19 @@ def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma
     ops = torch.ops.bertkit
     shims = {op.default: [declaration] for op, declaration, used in (
         (ops.bertkit_mkl_linear, SHIM_DECLARATION, mkl), (ops.bertkit_fma_linear, FMA_SHIM_DECLARATION, fma),
+        (ops.bertkit_fma_linear_gelu, FMA_GELU_SHIM_DECLARATION, fma and gelu),
         (ops.bertkit_int8_linear, INT8_SHIM_DECLARATION, int8),
         (ops.bertkit_int8_linear_seven, SEVEN_SHIM_DECLARATION, seven),
+        (ops.bertkit_int8_linear_seven_gelu, SEVEN_GELU_SHIM_DECLARATION, seven and gelu),
         (ops.bertkit_attention, ATTENTION_SHIM_DECLARATION, attention)) if used}
     _recording.mkl, _recording.fma, _recording.int8, _recording.attention = mkl, fma, int8, attention
-    _recording.seven = seven
+    _recording.seven, _recording.gelu = seven, gelu
     try:
         with inductor_config.patch({"aot_inductor.custom_ops_to_c_shims": shims}):
             yield
     finally:
         _recording.mkl = _recording.fma = _recording.int8 = _recording.attention = _recording.seven = False
+        _recording.gelu = True
 
 
 def is_recording() -> bool:
@@ -368,6 +390,14 @@ def graph_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return torch.ops.bertkit.bertkit_mkl_linear(x, weight, bias)
 
 
+def graph_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """GELU(`graph_linear`): with the AVX2 / FMA op the GELU is applied as its sums are stored, on the
+    ops' threads (inductor's GELU loop ran on the calling thread alone between two GEMMs)."""
+    if getattr(_recording, "fma", False) and getattr(_recording, "gelu", True):
+        return torch.ops.bertkit.bertkit_fma_linear_gelu(x, weight, bias)
+    return F.gelu(graph_linear(x, weight, bias))
+
+
 def fma_pack(weight: torch.Tensor) -> torch.Tensor:
     """An (N, K) fp32 weight packed for `eager_linear` (`eager_ops()` first): held by the caller."""
     return torch.ops.bertkit.bertkit_fma_pack(weight)
@@ -395,11 +425,15 @@ def graph_int8_linear(quantised: torch.Tensor, row_scale: torch.Tensor, weight: 
 
 
 def graph_int8_linear_seven(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
-                            bias: torch.Tensor | None) -> torch.Tensor:
+                            bias: torch.Tensor | None, gelu: bool = False) -> torch.Tensor:
     """The 7-bit int8 op, for a per-token int8 Linear recorded inside `recording(seven=True)`: (N, in)
     fp32 rows, each quantised by the op to 7 bits (unsigned, with a zero point), the (in, out) int8
-    weight, its (out,) scales -> (N, out) fp32."""
-    return torch.ops.bertkit.bertkit_int8_linear_seven(x, weight, weight_scale, bias)
+    weight, its (out,) scales -> (N, out) fp32; through the exact GELU with `gelu` (applied by the op
+    as it stores its outputs, on its own threads)."""
+    if gelu and getattr(_recording, "gelu", True):
+        return torch.ops.bertkit.bertkit_int8_linear_seven_gelu(x, weight, weight_scale, bias)
+    y = torch.ops.bertkit.bertkit_int8_linear_seven(x, weight, weight_scale, bias)
+    return F.gelu(y) if gelu else y
 
 
 def seven_pack(weight: torch.Tensor) -> torch.Tensor:
@@ -409,10 +443,10 @@ def seven_pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def eager_int8_seven(x: torch.Tensor, pack: torch.Tensor, n: int, weight_scale: torch.Tensor,
-                     bias: torch.Tensor | None) -> torch.Tensor:
+                     bias: torch.Tensor | None, gelu: bool = False) -> torch.Tensor:
     """`graph_int8_linear_seven` for an eager model: (..., in) fp32 -> (..., n), from the weight's
-    `seven_pack`, its items on torch's threads."""
-    return torch.ops.bertkit.bertkit_int8_linear_seven_packed(x, pack, n, weight_scale, bias)
+    `seven_pack`, its items on torch's threads; through the exact GELU with `gelu`, as the graph's op."""
+    return torch.ops.bertkit.bertkit_int8_linear_seven_packed(x, pack, n, weight_scale, bias, gelu)
 
 
 def graph_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

@@ -133,11 +133,20 @@ class Int8Linear(nn.Module):
         the outlier channels zeroed in it for the int8 GEMM need not be put back."""
         return self.gemm(x.detach().float().contiguous(), overwrite_input)
 
-    def gemm(self, x: torch.Tensor, overwrite_input: bool = False) -> torch.Tensor:
+    def forward_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        """GELU(forward(x)) (kernels/linear.linear_act): on the 7-bit op, applied by the op as it stores
+        its outputs, as the compiled graph's feed-forward intermediate does."""
+        return self.gemm(x.detach().float().contiguous(), gelu=True)
+
+    def gemm(self, x: torch.Tensor, overwrite_input: bool = False, gelu: bool = False) -> torch.Tensor:
         """forward, for an input already fp32, contiguous and outside autograd (the inference flat
-        loop's, inference/frozen.py): three dispatched no-op calls fewer per GEMM."""
+        loop's, inference/frozen.py): three dispatched no-op calls fewer per GEMM; through the exact
+        GELU with `gelu`."""
         if self._seven is not None:
-            return graph_gemm.eager_int8_seven(x, self._seven, self.out_features, self._seven_scale, self._seven_bias)
+            return graph_gemm.eager_int8_seven(x, self._seven, self.out_features, self._seven_scale, self._seven_bias,
+                                               gelu)
+        if gelu:
+            return torch.ops.aten.gelu_(self.gemm(x, overwrite_input))  # in place: the output is this call's own
         packed = self._packed if self._packed_amx is None or x.numel() < self._amx_elements else self._packed_amx
         if self.outlier_threshold is None:
             return torch.ops.quantized.linear_dynamic(x, packed, self.reduce_range)
@@ -306,11 +315,14 @@ class RowInt8Linear(nn.Module):
         self.register_buffer("weight", qweight.int_repr().t())
         self.register_buffer("weight_scale", qweight.q_per_channel_scales().float())  # (out,)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        # a feed-forward intermediate whose GELU the next projection (GeluRowInt8Linear) takes: under the
+        # 7-bit op this layer's op applies it instead, on the op's own threads (int8_for_graph)
+        self.gelu_follows = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., in) -> (..., out)
         flat = x.reshape(-1, self.in_features)
         if graph_gemm.is_recording_seven():  # AVX2 without VNNI: the op quantises each row itself, to 7 bits
-            return self.seven(flat).reshape(*x.shape[:-1], self.out_features)
+            return self.seven(flat, gelu=self.gelu_follows).reshape(*x.shape[:-1], self.out_features)
         row_scale = flat.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0  # (N, 1); a zero row stays zero
         return self.project(flat, row_scale).reshape(*x.shape[:-1], self.out_features)
 
@@ -325,11 +337,12 @@ class RowInt8Linear(nn.Module):
         y = torch._int_mm(quantised, self.weight).to(torch.float32) * row_scale * self.weight_scale
         return y if self.bias is None else y + self.bias
 
-    def seven(self, flat: torch.Tensor) -> torch.Tensor:
+    def seven(self, flat: torch.Tensor, gelu: bool = False) -> torch.Tensor:
         """(N, in) fp32 -> (N, out) through bertkit's 7-bit op (kernels/graph_gemm.py): each row
         quantised to unsigned 7-bit values over its own range, the same int8 weights (7-bit ones,
-        +-63, `quantize_int8(seven_bit=True)`'s intermediate Linears, take its paired kernel)."""
-        return graph_gemm.graph_int8_linear_seven(flat, self.weight, self.weight_scale, self.bias)
+        +-63, `quantize_int8(seven_bit=True)`'s intermediate Linears, take its paired kernel); the
+        exact GELU of each output with `gelu`."""
+        return graph_gemm.graph_int8_linear_seven(flat, self.weight, self.weight_scale, self.bias, gelu)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per token"
@@ -342,12 +355,14 @@ class GeluRowInt8Linear(RowInt8Linear):
     so no GELU is computed for it; taken from the GELU's output, inductor computed the GELU twice
     (once for the scale, once to quantise). The bound is looser than the exact maximum by 1 / Phi(m):
     0.1% at m = 3, 0.8% at 2.4, 9% at 1.4. all-MiniLM-L6-v2's feed-forward rows on MRPC and SST-2
-    text have maxima of 0.5-25, median 2.4; its fine-tuned dev accuracy held (docs/speed.md)."""
+    text have maxima of 0.5-25, median 2.4; its fine-tuned dev accuracy held (docs/speed.md). Under
+    the 7-bit op (AVX2 without VNNI) the intermediate's op applies the GELU as it stores its outputs,
+    on the op's threads, and this layer's op quantises them on their exact range."""
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., in) pre-activations -> (..., out)
         flat = h.reshape(-1, self.in_features)
-        if graph_gemm.is_recording_seven():  # the op takes each row's range from the GELU's output itself
-            return self.seven(F.gelu(flat)).reshape(*h.shape[:-1], self.out_features)
+        if graph_gemm.is_recording_seven():  # h is already GELU(h): the intermediate's op applied it (gelu_follows)
+            return self.seven(flat).reshape(*h.shape[:-1], self.out_features)
         row_scale = flat.amax(1, keepdim=True).clamp(min=-GELU_FLOOR) / 127.0
         return self.project(F.gelu(flat), row_scale).reshape(*h.shape[:-1], self.out_features)
 
@@ -385,11 +400,13 @@ def int8_for_graph(model: nn.Module) -> nn.Module:
                    and isinstance(getattr(getattr(m, "intermediate", None), "dense", None), Int8Linear)
                    and getattr(m.intermediate, "act", None) is F.gelu]
     gelu_fed = {id(block.output.dense) for block in gelu_blocks}
+    gelu_feeding = {id(block.intermediate.dense) for block in gelu_blocks}
     for module in model.modules():
         if isinstance(module, Int8QKV):
             swaps[id(module)] = RowInt8QKV(module)
         elif isinstance(module, Int8Linear) and id(module) not in fused:
             swaps[id(module)] = (GeluRowInt8Linear if id(module) in gelu_fed else RowInt8Linear)(module)
+            swaps[id(module)].gelu_follows = id(module) in gelu_feeding
     if not swaps:
         raise ValueError(f"{type(model).__name__} has no int8 layer (quantize_int8 makes them)")
     graph_model = copy.deepcopy(model, memo=dict(swaps)).eval()

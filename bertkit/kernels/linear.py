@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .graph_gemm import graph_linear, is_recording
+from .graph_gemm import graph_linear, graph_linear_gelu, is_recording
 from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, exporting
 from .packed import bf16_autocast_inference as _bf16_autocast_inference
 from .packed import packed_linear, packing_applies
@@ -110,6 +110,9 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """gelu(x @ weight.T + bias), exact (erf) GELU. In inference through oneDNN (bf16 autocast on a
     CPU with bf16, or fp32 with `onednn_linear` "always" or "inference") the GELU runs as the GEMM's post-op
     (`options.fused_gelu`): one pass less over the (..., 4H) activations."""
+    if is_recording() and exporting() and x.dtype == weight.dtype == torch.float32 \
+            and not torch.is_autocast_enabled("cpu"):  # a graph compiled ahead: its GEMM op's own GELU where it has one
+        return graph_linear_gelu(x, weight, bias)
     if not exporting() and options.fused_gelu and not torch.is_grad_enabled() and x.device.type == "cpu" \
             and x.numel() and onednn_available():
         if torch.is_autocast_enabled("cpu"):
@@ -135,11 +138,13 @@ class Linear(HoldsKernelOptions, nn.Linear):
 
 def linear_act(layer: nn.Module, act, x: torch.Tensor) -> torch.Tensor:
     """act(layer(x)). For a bertkit Linear followed by the exact GELU, `linear_gelu` (one fused
-    GEMM in inference); any other layer (an adapter, a quantised Linear) runs as it is."""
+    GEMM in inference); an int8 Linear, its `forward_gelu`; any other layer (an adapter) runs as it is."""
     if act is F.gelu and type(layer) is Linear:
         if packing_applies(x, layer.kernels):
             return packed_linear(layer, x, (layer.weight,), (layer.bias,), layer.kernels, gelu=True)
         return linear_gelu(x, layer.weight, layer.bias, layer.kernels)
+    if act is F.gelu and hasattr(layer, "forward_gelu"):  # an int8 Linear whose op applies the GELU (kernels/int8.py)
+        return layer.forward_gelu(x)
     return act(layer(x))
 
 

@@ -154,7 +154,8 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
     mkl_gemm = again._compiled.mkl_gemm  # the graph's ops are in the key (kernels/graph_gemm.py)
-    ops = {"attention_op": again._compiled.attention_op, "fma_gemm": again._compiled.fma_gemm}
+    ops = {"attention_op": again._compiled.attention_op, "fma_gemm": again._compiled.fma_gemm,
+           "gelu_op": again._compiled.gelu_op}
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) in \
         fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm, **ops) not in \
@@ -163,6 +164,8 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
                                      **{**ops, "attention_op": not ops["attention_op"]}) not in fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
                                      **{**ops, "fma_gemm": not ops["fma_gemm"]}) not in fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
+                                     **{**ops, "gelu_op": not ops["gelu_op"]}) not in fast._compiled.path.name
     with monkeypatch.context() as patched:
         patched.setattr(compiled_module, "_source_digest", lambda: "another bertkit")  # the code the graph records
         assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
@@ -483,6 +486,8 @@ def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(t
             assert (got - (want + bias.double())).abs().max().item() < 2e-6 * scale
             got = torch.ops.bertkit.bertkit_fma_linear(x, weight, None).double()
             assert (got - want).abs().max().item() < 2e-6 * scale
+            got = torch.ops.bertkit.bertkit_fma_linear_gelu(x, weight, bias).double()  # the graph's intermediate
+            assert (got - F.gelu(want + bias.double())).abs().max().item() < 2e-6 * scale
             if graph_gemm.fma_usable(tmp_path / "ops"):  # an eager model's: its own pack, torch's threads
                 pack = graph_gemm.fma_pack(weight)
                 got = graph_gemm.eager_linear(x, pack, out, bias).double()
@@ -675,7 +680,10 @@ def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cach
     torch.set_num_threads(2)
     runner = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
     assert runner.fma_gemm and not runner.mkl_gemm
-    assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_SHIM}(") == 1 + 4 * model.config.num_hidden_layers
+    layers = model.config.num_hidden_layers  # the feed-forward intermediate's through the GELU (its op applies it)
+    assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_SHIM}(") == 1 + 3 * layers
+    assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_GELU_SHIM}(") == 1 + layers  # (1: its declaration)
+    assert "erf" not in _wrapper_source(runner.path, "kernel.cpp")  # no GELU loop of inductor's
     _assert_lone_inputs_give_the_eager_numbers(runner, model)
     monkeypatch.setattr(graph_gemm, "fma_applies", lambda: False)
     plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
@@ -851,7 +859,10 @@ def test_the_int8_graph_on_avx2_calls_the_avx2_ops_on_the_ops_threads(tiny_model
     assert ours.int8_gemm and ours.seven and ours.avx2_ops and ours.shapes_free and not ours.mkl_gemm and not ours.fma_gemm
     assert eight.int8_gemm and not eight.seven and eight.avx2_ops and eight.path != ours.path
     layers = 1 + 4 * model.config.num_hidden_layers
-    assert _wrapper_source(ours.path).count(f"{graph_gemm.SEVEN_SHIM}(") == layers
+    # the feed-forward intermediate's op applies the GELU as it stores its outputs: no GELU loop of inductor's
+    assert _wrapper_source(ours.path).count(f"{graph_gemm.SEVEN_SHIM}(") == layers - model.config.num_hidden_layers
+    assert _wrapper_source(ours.path).count(f"{graph_gemm.SEVEN_GELU_SHIM}(") == 1 + model.config.num_hidden_layers
+    assert "erf" not in _wrapper_source(ours.path, "kernel.cpp") and "erf" in _wrapper_source(eight.path, "kernel.cpp")
     assert f"{graph_gemm.INT8_SHIM}(" not in _wrapper_source(ours.path)
     assert _wrapper_source(eight.path).count(f"{graph_gemm.INT8_SHIM}(") == layers
     reference = int8_for_graph(model)
@@ -881,7 +892,7 @@ def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
     row, one-signed rows and every product at 127 x 127 (where 8-bit values would saturate the
     AVX2 kernel's 16-bit pair sums); weights within +-64 (kernels/int8.py's 7-bit weights) take the
     paired kernel, two pair sums added in int16, exact up to every product at 127 x 64, and one
-    weight of 65 keeps a pack off it."""
+    weight of 65 keeps a pack off it; the GELU op is the exact GELU of the same."""
     from bertkit.kernels import graph_gemm
 
     graph_gemm.load(tmp_path / "ops")
@@ -916,6 +927,8 @@ def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
             torch.testing.assert_close(got.double(), definition(x, weight, weight_scale, bias), rtol=1e-5, atol=1e-4)
             if m > 2:
                 torch.testing.assert_close(got[1], bias)
+            gelu = graph_gemm.graph_int8_linear_seven(x, weight, weight_scale, bias, gelu=True)  # as it stores
+            torch.testing.assert_close(gelu.double(), F.gelu(definition(x, weight, weight_scale, bias)), rtol=1e-5, atol=1e-4)
     x = torch.full((4, 1536), 0.5)  # every value 127 after quantising
     weight = torch.full((1536, 40), 127, dtype=torch.int8)
     weight[::2, ::3] = -127
