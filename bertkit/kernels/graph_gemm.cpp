@@ -1617,81 +1617,55 @@ TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_attention_eager", &attention_eager);
 }
 
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_MKL(
-    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+// The C functions AOTInductor calls (aot_inductor.custom_ops_to_c_shims): handles in, one handle out.
+namespace {
+const at::Tensor& of(AtenTensorHandle handle) { return *torch::aot_inductor::tensor_handle_to_tensor_pointer(handle); }
+
+std::optional<at::Tensor> of(AtenTensorHandle* handle) {  // an optional argument: null where None
+  return handle != nullptr ? std::optional<at::Tensor>(of(*handle)) : std::nullopt;
+}
+
+void give(at::Tensor result, AtenTensorHandle* ret0) { *ret0 = torch::aot_inductor::new_tensor_handle(std::move(result)); }
+}  // namespace
+
+#define BERTKIT_SHIM extern "C" __attribute__((visibility("default"))) AOTITorchError
+
+BERTKIT_SHIM SHIM_MKL(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(mkl_linear(of(x), of(weight), of(bias)), ret0); });
+}
+
+BERTKIT_SHIM SHIM_FMA(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(fma_linear(of(x), of(weight), of(bias)), ret0); });
+}
+
+BERTKIT_SHIM SHIM_FMA_GELU(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(fma_linear_gelu(of(x), of(weight), of(bias)), ret0); });
+}
+
+BERTKIT_SHIM SHIM_INT8(AtenTensorHandle q, AtenTensorHandle row_scale, AtenTensorHandle weight,
+                       AtenTensorHandle weight_scale, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> b;
-    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
-    *ret0 = new_tensor_handle(mkl_linear(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight), b));
+    give(int8_linear(of(q), of(row_scale), of(weight), of(weight_scale), of(bias)), ret0);
   });
 }
 
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_FMA(
-    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+BERTKIT_SHIM SHIM_SEVEN(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle weight_scale,
+                        AtenTensorHandle* bias, AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> b;
-    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
-    *ret0 = new_tensor_handle(fma_linear(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight), b));
+    give(seven_linear(of(x), of(weight), of(weight_scale), of(bias), false), ret0);
   });
 }
 
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_FMA_GELU(
-    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+BERTKIT_SHIM SHIM_SEVEN_GELU(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle weight_scale,
+                             AtenTensorHandle* bias, AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> b;
-    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
-    *ret0 = new_tensor_handle(fma_linear_gelu(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight), b));
+    give(seven_linear(of(x), of(weight), of(weight_scale), of(bias), true), ret0);
   });
 }
 
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_INT8(
-    AtenTensorHandle q, AtenTensorHandle row_scale, AtenTensorHandle weight, AtenTensorHandle weight_scale,
-    AtenTensorHandle* bias, AtenTensorHandle* ret0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> b;
-    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
-    *ret0 = new_tensor_handle(int8_linear(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(row_scale),
-                                          *tensor_handle_to_tensor_pointer(weight),
-                                          *tensor_handle_to_tensor_pointer(weight_scale), b));
-  });
+BERTKIT_SHIM SHIM_ATTENTION(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v, AtenTensorHandle* mask,
+                            int64_t heads, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(attention(of(q), of(k), of(v), of(mask), heads), ret0); });
 }
 
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_SEVEN(
-    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle weight_scale, AtenTensorHandle* bias,
-    AtenTensorHandle* ret0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> b;
-    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
-    *ret0 = new_tensor_handle(int8_linear_seven(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight),
-                                                *tensor_handle_to_tensor_pointer(weight_scale), b));
-  });
-}
-
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_SEVEN_GELU(
-    AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle weight_scale, AtenTensorHandle* bias,
-    AtenTensorHandle* ret0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> b;
-    if (bias != nullptr) b = *tensor_handle_to_tensor_pointer(*bias);
-    *ret0 = new_tensor_handle(int8_linear_seven_gelu(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(weight),
-                                                     *tensor_handle_to_tensor_pointer(weight_scale), b));
-  });
-}
-
-extern "C" __attribute__((visibility("default"))) AOTITorchError SHIM_ATTENTION(
-    AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v, AtenTensorHandle* mask, int64_t heads,
-    AtenTensorHandle* ret0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    using namespace torch::aot_inductor;
-    std::optional<at::Tensor> m;
-    if (mask != nullptr) m = *tensor_handle_to_tensor_pointer(*mask);
-    *ret0 = new_tensor_handle(attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
-                                        *tensor_handle_to_tensor_pointer(v), m, heads));
-  });
-}
+#undef BERTKIT_SHIM
