@@ -1306,29 +1306,84 @@ __attribute__((target("avx2,fma"))) inline __m256 exp_nonpositive8(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(exponent)), alive);
 }
 
-// The context of R query rows: their probabilities (row r at probs + r * stride) times v, 8
-// dimensions at a time, even and odd keys in separate sums; rows r < `rows` stored at o[r].
+// The context of R query rows: their probabilities (row r at probs + r * stride) times v, G groups of 8
+// dimensions from e0 at a time, S consecutive keys in separate sums: R x G x S independent chains of
+// FMAs (eight or more hide the FMA's latency); rows r < `rows` stored at o[r]. Every index into the
+// sums is a constant once unrolled: indexed by the run-time `rows`, GCC kept them in memory, storing
+// each after its FMA (all-MiniLM-L6-v2's heads at 8-64 tokens ran 1.4-2.0x slower so, Zen 3).
+template <int R, int G, int S>
+__attribute__((target("avx2,fma"))) inline void context_block(const HeadProblem& p, const float* probs, int64_t stride,
+                                                              float* const* o, int64_t rows, int64_t e0) {
+  __m256 sum[S][R][G];
+  _Pragma("GCC unroll 8") for (int s = 0; s < S; ++s)
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)
+      _Pragma("GCC unroll 8") for (int g = 0; g < G; ++g) sum[s][r][g] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + S <= p.t; j += S) {
+    _Pragma("GCC unroll 8") for (int s = 0; s < S; ++s) {
+      const float* v = p.v + (j + s) * p.v_stride + e0;
+      __m256 weight[R];
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) weight[r] = _mm256_broadcast_ss(probs + r * stride + j + s);
+      _Pragma("GCC unroll 8") for (int g = 0; g < G; ++g) {
+        const __m256 values = _mm256_loadu_ps(v + 8 * g);
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) sum[s][r][g] = _mm256_fmadd_ps(weight[r], values, sum[s][r][g]);
+      }
+    }
+  }
+  for (; j < p.t; ++j) {  // the last keys, fewer than S
+    const float* v = p.v + j * p.v_stride + e0;
+    _Pragma("GCC unroll 8") for (int g = 0; g < G; ++g) {
+      const __m256 values = _mm256_loadu_ps(v + 8 * g);
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)
+        sum[0][r][g] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j), values, sum[0][r][g]);
+    }
+  }
+  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)
+    if (r < rows) _Pragma("GCC unroll 8") for (int g = 0; g < G; ++g) {
+      __m256 total = sum[0][r][g];
+      _Pragma("GCC unroll 8") for (int s = 1; s < S; ++s) total = _mm256_add_ps(total, sum[s][r][g]);
+      _mm256_storeu_ps(o[r] + e0 + 8 * g, total);
+    }
+}
+
+// The context of R rows over all the head's dimensions: four rows two groups at a time, fewer rows
+// four groups (one row, two keys apart too); a head size not a multiple of 32 ends a group at a time.
 template <int R>
 __attribute__((target("avx2,fma"))) inline void context_rows8(const HeadProblem& p, const float* probs, int64_t stride,
                                                               float* const* o, int64_t rows) {
-  for (int64_t e = 0; e < p.d; e += 8) {
-    __m256 even[R], odd[R];
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) even[r] = odd[r] = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 1 < p.t; j += 2) {
-      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e), vb = _mm256_loadu_ps(p.v + (j + 1) * p.v_stride + e);
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {
-        even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j), va, even[r]);
-        odd[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j + 1), vb, odd[r]);
-      }
+  constexpr int G = R >= 4 ? 2 : 4, S = R == 1 ? 2 : 1;
+  int64_t e = 0;
+  for (; e + 8 * G <= p.d; e += 8 * G) context_block<R, G, S>(p, probs, stride, o, rows, e);
+  for (; e < p.d; e += 8) context_block<R, 1, 2>(p, probs, stride, o, rows, e);
+}
+
+// K^T of a head: kt[e * width + j] = k[j][e] for its t keys, zero for j in [t, width) (width and d
+// multiples of 8): eight keys' eight dimensions at a time through an 8 x 8 transpose in registers
+// (element by element it took a fifth of the head's time at 36 tokens).
+__attribute__((target("avx2,fma"))) inline void transpose_keys(const HeadProblem& p, float* kt, int64_t width) {
+  for (int64_t j = 0; j < width; j += 8)
+    for (int64_t e = 0; e < p.d; e += 8) {
+      __m256 r[8];
+      _Pragma("GCC unroll 8") for (int i = 0; i < 8; ++i)
+        r[i] = j + i < p.t ? _mm256_loadu_ps(p.k + (j + i) * p.k_stride + e) : _mm256_setzero_ps();
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+      float* out = kt + e * width + j;
+      _mm256_store_ps(out, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_store_ps(out + width, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_store_ps(out + 2 * width, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_store_ps(out + 3 * width, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_store_ps(out + 4 * width, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_store_ps(out + 5 * width, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_store_ps(out + 6 * width, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_store_ps(out + 7 * width, _mm256_permute2f128_ps(u3, u7, 0x31));
     }
-    if (j < p.t) {
-      __m256 va = _mm256_loadu_ps(p.v + j * p.v_stride + e);
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)
-        even[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(probs + r * stride + j), va, even[r]);
-    }
-    for (int64_t r = 0; r < rows; ++r) _mm256_storeu_ps(o[r] + e, _mm256_add_ps(even[r], odd[r]));
-  }
 }
 
 template <int C, int R>
@@ -1367,12 +1422,14 @@ __attribute__((target("avx2,fma"))) void query_rows8(const HeadProblem& p, const
     __m256 inverse = _mm256_set1_ps(total > 0.0f ? 1.0f / total : 0.0f);
     _Pragma("GCC unroll 8") for (int c = 0; c < C; ++c) _mm256_store_ps(probs + (r * C + c) * 8, _mm256_mul_ps(s[r][c], inverse));
   }
-  context_rows8<R>(p, probs, C * 8, o, R);
+  context_rows8<R>(p, probs, C * 8, o, std::min<int64_t>(R, p.t - i));
 }
 
 template <int C>
 __attribute__((target("avx2,fma"))) void attend_head8(const HeadProblem& p) {
-  constexpr int R = C <= 2 ? 4 : C <= 4 ? 2 : 1;  // R x C score vectors held in registers
+  // R x C score vectors: 8-12 chains of FMAs where they fit the 16 registers (beyond 12, two rows
+  // spilling a few measured faster than one row's 7-8 chains)
+  constexpr int R = C <= 2 ? 4 : C <= 4 ? 3 : 2;
   std::vector<float> wide;
   alignas(32) float kt_local[64 * C * 8];  // K^T: (d, C * 8), zero past the last key
   alignas(32) float probs[R * C * 8];
@@ -1381,8 +1438,7 @@ __attribute__((target("avx2,fma"))) void attend_head8(const HeadProblem& p) {
     wide.resize(p.d * C * 8 + 8);
     kt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(wide.data()) + 31) & ~uintptr_t(31));
   }
-  for (int64_t e = 0; e < p.d; ++e)
-    for (int64_t j = 0; j < C * 8; ++j) kt[e * C * 8 + j] = j < p.t ? p.k[j * p.k_stride + e] : 0.0f;
+  transpose_keys(p, kt, C * 8);
   for (int64_t i = 0; i < p.t; i += R) query_rows8<C, R>(p, kt, i, probs);
 }
 
@@ -1407,8 +1463,7 @@ __attribute__((target("avx2,fma"))) void attend_head8_long(const HeadProblem& p)
   float* kt = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 31) & ~uintptr_t(31));
   float* probs = kt + d * lp;          // (kLongRows, lp); lp a multiple of 16 keeps it 32-byte aligned
   float* scaled = probs + kLongRows * lp;  // (kLongRows, d): the query rows times the scale
-  for (int64_t j = 0; j < lp; ++j)
-    for (int64_t e = 0; e < d; ++e) kt[e * lp + j] = j < p.t ? p.k[j * p.k_stride + e] : 0.0f;
+  transpose_keys(p, kt, lp);
   for (int64_t i = 0; i < p.t; i += kLongRows) {
     const int64_t rows = std::min(kLongRows, p.t - i);
     for (int64_t r = 0; r < kLongRows; ++r) {

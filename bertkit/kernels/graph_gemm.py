@@ -39,9 +39,9 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   on CPUs with AVX-512 or AVX2 (recorded by kernels/layout.Padded): for up to 64 keys a head's scores stay
   in registers, four query rows at a time; torch's CPU flash attention spends ~70 µs per layer on one
   input of 40 tokens (all-MiniLM-L6-v2) in its blocks, buffers and a GEMM call per block, the op ~30.
-  On AVX2 (8 keys per vector, 1-4 query rows at a time), on an AMD EPYC Zen 3: 78 µs per layer for
-  one input of 36 tokens where torch's SDPA inside the op took 255, 547 for eight such inputs packed
-  in one row against 1877. Longer sequences, other head sizes and CPUs go to torch's SDPA inside the op. The mask's values
+  On AVX2 (8 keys per vector, 2-4 query rows at a time, K^T made by 8 x 8 transposes), on an AMD EPYC
+  Zen 3: 37-60 µs per layer for one input of 36 tokens (78-103 with one row at a time, K^T element by
+  element and the context's sums in memory) where torch's SDPA inside the op took 255. Longer sequences, other head sizes and CPUs go to torch's SDPA inside the op. The mask's values
   are segment ids: several inputs packed one after another in one row each attend within itself,
   so the graphs take a few inputs as one row of their real tokens (`graph_attention`). On AVX2 a
   sequence of 65-512 tokens runs a second kernel (a head's K^T and four rows' scores in a buffer):
