@@ -10,7 +10,8 @@ weights everywhere (one widening per pair); with `--op gelu` (the AVX2 class: fp
 VNNI), the graph whose feed-forward intermediate GEMM op applies the GELU as it stores its outputs
 against the same graph with inductor's GELU loop after it; with `--op pages`, the graph whose GEMM
 ops' packs sit on 2 MB pages (graph_gemm.cpp, PackMemory) against the same graph's packs on 4 KB
-pages (`bertkit_set_pack_pages(False)` while its packs are made).
+pages (`bertkit_set_pack_pages(False)` while its packs are made); with `--op norm` (the AVX2 class),
+the graph whose residual + LayerNorm blocks are bertkit's op against inductor's loops for them.
 
     python benchmarks/compiled_gemm_ab.py                          # all-MiniLM-L6-v2, 8-64 tokens, 0.1 s of rest
     python benchmarks/compiled_gemm_ab.py --size base --rounds 80
@@ -21,11 +22,12 @@ pages (`bertkit_set_pack_pages(False)` while its packs are made).
     python benchmarks/compiled_gemm_ab.py --op paired              # int8: 7-bit against 8-bit weights
     python benchmarks/compiled_gemm_ab.py --op gelu [--precision int8]
     python benchmarks/compiled_gemm_ab.py --op pages [--precision int8]
+    python benchmarks/compiled_gemm_ab.py --op norm [--precision int8]
 
 Both graphs are compiled (or loaded from the compile cache) from the same weights, one with
 `gemm_ops=False` (`attention_op=False` with `--op attention`, `seven_bit=False` with `--op seven`;
 with `--op paired` from the same fp32 weights, quantised with `seven_bit` and without; `gelu_op=False`
-with `--op gelu`; the same package twice with `--op pages`, each load its own constants and packs). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
+with `--op gelu`, `norm_op=False` with `--op norm`; the same package twice with `--op pages`, each load its own constants and packs). Each round sends one input (length a multiple of 8, drawn in LO-HI) through both,
 in turns, each call after `--rest` seconds without any. Prints the medians and the paired median of
 per-call ratios; with --output, writes compiled_gemm_ab_<size>_<lo>-<hi>_rest<rest>.json there
 (compiled_gemm_ab_int8_... at int8; compiled_attention_ab_... with `--op attention`).
@@ -60,7 +62,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=120)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
-    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven", "paired", "gelu", "pages"),
+    parser.add_argument("--op", default="gemm", choices=("gemm", "attention", "seven", "paired", "gelu", "pages", "norm"),
                         help="which of bertkit's graph ops to A/B (seven, paired: int8 only)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
@@ -79,15 +81,16 @@ def main() -> None:
         quantize_int8(model, seven_bit=seven_bit_default())
     base, ours = graph_names(args)
     without = {"gemm": {"gemm_ops": False}, "attention": {"attention_op": False}, "seven": {"seven_bit": False},
-               "paired": {}, "gelu": {"gelu_op": False}, "pages": {}}[args.op]
+               "paired": {}, "gelu": {"gelu_op": False}, "pages": {}, "norm": {"norm_op": False}}[args.op]
     graphs = {base: CompiledLoneInput(other, output_names_for(model), 512, args.precision, **without),
               ours: CompiledLoneInput(model, output_names_for(model), 512, args.precision)}
     applies = graphs[ours].attention_op if args.op == "attention" else graphs[ours].seven \
         if args.op in ("seven", "paired") else graphs[ours].gelu_op if args.op == "gelu" \
+        else graphs[ours].norm_op if args.op == "norm" \
         else graphs[ours].mkl_gemm or graphs[ours].int8_gemm or graphs[ours].fma_gemm
     if not applies:
         raise SystemExit(f"bertkit's {args.op} op does not apply on this CPU (fp32 GEMM: mkl_rows is 0; int8 GEMM: no "
-                         "AMX; attention: no AVX-512; seven, paired: VNNI or AMX; gelu: not the avx2 class): "
+                         "AMX; attention: no AVX-512; seven, paired: VNNI or AMX; gelu, norm: not the avx2 class): "
                          "nothing to compare")
 
     def one_input(length: int):
@@ -146,6 +149,8 @@ def graph_names(args) -> tuple[str, str]:
         return "inductor's GELU", "the GEMM op's GELU"
     if args.op == "pages":
         return "packs on 4 KB pages", "packs on 2 MB pages"
+    if args.op == "norm":
+        return "inductor's residual + LayerNorm", "the residual + LayerNorm op"
     return "oneDNN GEMMs", "MKL GEMMs" if args.precision == "fp32" else "AMX int8 GEMMs"
 
 

@@ -24,8 +24,8 @@ from .config import BertConfig
 from .embedding_resize import resize_token_embeddings
 from .errors import BertkitError
 from .hub.checkpoints import PreTrainedMixin
-from .kernels import (ATTENTION_KERNELS, Dropout, HoldsKernelOptions, KernelOptions, Linear, Padded, default_options,
-                      layout_for, linear_act, padding_mask, project_qkv)
+from .kernels import (ATTENTION_KERNELS, Dropout, HoldsKernelOptions, KernelOptions, Linear, Padded, add_norm,
+                      default_options, layout_for, linear_act, padding_mask, project_qkv)
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact (erf) GELU, as the paper
@@ -164,7 +164,7 @@ class BertSelfOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h, residual):  # (..., in) , (..., H) -> (..., H)
-        return self.LayerNorm(self.dropout(self.dense(h)) + residual)
+        return add_norm(self.LayerNorm, self.dropout(self.dense(h)), residual)  # LayerNorm(... + residual)
 
 
 class BertAttention(nn.Module):

@@ -176,7 +176,7 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
               mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM,
               attention_op: bool = False, fma_gemm: bool = False, seven: bool = False, avx2_ops: bool = False,
-              gelu_op: bool = False) -> str:
+              gelu_op: bool = False, norm_op: bool = False) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
@@ -192,6 +192,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "attention": "bertkit op" if attention_op else "sdpa",
              "loops": "calling thread" if (fma_gemm or avx2_ops) and attention_op else "openmp",
              "gelu": "gemm op" if gelu_op else "inductor's",
+             "residual + layernorm": "bertkit op" if norm_op else "inductor's",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              # ... and the code they run: a change to bertkit's source within a version is another graph
@@ -226,12 +227,13 @@ class CompiledLoneInput:
     (kernels/int8.int8_for_graph). `gemm_ops` False: inductor's GEMMs even where bertkit's own
     (kernels/graph_gemm.py) apply; `attention_op` False: torch's SDPA rather than bertkit's
     attention for short inputs (fp32 and int8 graphs on AVX-512 and AVX2 CPUs); `seven_bit` False: on
-    AVX2 without VNNI the exact 8-bit int8 op rather than the 7-bit one; the A/Bs in
+    AVX2 without VNNI the exact 8-bit int8 op rather than the 7-bit one; `gelu_op` / `norm_op` False:
+    with the AVX2 ops, inductor's GELU / residual + LayerNorm loops rather than bertkit's; the A/Bs in
     benchmarks/compiled_gemm_ab.py."""
 
     def __init__(self, model: torch.nn.Module, output_names: tuple[str, ...], max_length: int,
                  precision: str = "fp32", gemm_ops: bool = True, attention_op: bool = True, seven_bit: bool = True,
-                 gelu_op: bool = True):
+                 gelu_op: bool = True, norm_op: bool = True):
         _check_can_compile(model, precision)
         if max_length < MIN_LENGTH + 1:
             raise BertkitError(f"compile needs a length limit above {MIN_LENGTH}, not {max_length}")
@@ -253,6 +255,9 @@ class CompiledLoneInput:
         # Their feed-forward intermediate applies the exact GELU as it stores its outputs, on the ops'
         # threads (inductor's GELU loop ran on the calling thread alone; `gelu_op` False keeps it)
         self.gelu_op = gelu_op and (self.fma_gemm or self.seven)
+        # ... and each block's residual + LayerNorm is an op of bertkit's on those threads too (inductor's
+        # loop recomputed the row's 1 / sqrt(variance + eps) for every 8 values, on the calling thread alone)
+        self.norm_op = norm_op and self.avx2_ops
         # With bertkit's AVX2 GEMMs nothing in the graph is made per row count (inductor's loops take
         # any length): a lone input goes at its own length rather than padded to a multiple of 8
         self.shapes_free = self.avx2_ops
@@ -270,7 +275,7 @@ class CompiledLoneInput:
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
-                        self.attention_op, self.fma_gemm, self.seven, self.avx2_ops, self.gelu_op)
+                        self.attention_op, self.fma_gemm, self.seven, self.avx2_ops, self.gelu_op, self.norm_op)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling
@@ -320,7 +325,7 @@ class CompiledLoneInput:
             recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
                 else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm and not self.seven,
                                           attention=self.attention_op, fma=self.fma_gemm, seven=self.seven,
-                                          gelu=self.gelu_op) \
+                                          gelu=self.gelu_op, norm=self.norm_op) \
                 if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
                 else contextlib.nullcontext()
             # With the AVX2 ops every GEMM and attention runs on the ops' own threads, which never wait

@@ -9,7 +9,9 @@ model.py says what BERT computes; this package supplies, through things chosen o
 * `Linear` (an nn.Linear whose fp32 CPU matmuls go through oneDNN where that pays),
   `project_qkv` (query, key and value as one GEMM) and `linear_act` (the exact GELU as the
   GEMM's post-op in inference);
-* `Dropout` (an nn.Dropout drawing CPU masks from half as many random draws).
+* `Dropout` (an nn.Dropout drawing CPU masks from half as many random draws);
+* `add_norm` (a post-LN block's residual and LayerNorm; one op of bertkit's in a graph recorded with
+  its AVX2 ops).
 * `packed.py`: fp32 inference Linears from weights packed once for MKL or oneDNN (`packed_weights`,
   on by default where it measured faster: oneDNN on the AVX2 class); `attention_bucket`, packed
   attention by groups of similar length, is a lever under measurement, off by default.
@@ -29,10 +31,11 @@ from .attention import KERNELS as ATTENTION_KERNELS, attention, packed_attention
 from .dropout import Dropout, drop_mask, dropout
 from .layout import Packed, Padded, Unpadded, layout_for, padding_mask, unpadding_for
 from .linear import Linear, _onednn_matmul, linear, linear_act, linear_gelu, onednn_available, project_qkv
+from .norm import add_norm
 from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, default_options, exporting, speed_options
 
 __all__ = ["KernelOptions", "HoldsKernelOptions", "PROCESS_DEFAULT",
            "default_options", "speed_options", "exporting", "linear", "linear_gelu", "linear_act", "Linear",
-           "project_qkv", "onednn_available", "drop_mask", "dropout", "Dropout", "attention", "packed_attention",
+           "project_qkv", "add_norm", "onednn_available", "drop_mask", "dropout", "Dropout", "attention", "packed_attention",
            "ATTENTION_KERNELS", "Padded", "Packed", "Unpadded", "padding_mask", "layout_for", "unpadding_for",
            "_onednn_matmul"]  # the last for benchmarks/bench_common.py

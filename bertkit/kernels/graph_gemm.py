@@ -47,6 +47,12 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   sequence of 65-512 tokens runs a second kernel (a head's K^T and four rows' scores in a buffer):
   an eager all-MiniLM-L6-v2 batch of 32 inputs (16-128 tokens) spent 15% of its time in torch's
   flash attention.
+* `bertkit::bertkit_add_norm(y, residual, weight, bias, eps)`, LayerNorm(y + residual): the end of each
+  post-LN block in the graphs with the AVX2 ops (kernels/norm.add_norm), rows on the ops' threads, the
+  row's 1 / sqrt(variance + eps) once per row. Inductor's loop recomputed it for every 8 values (a scalar
+  division and square root, kept in the loop by errno's branch) on the calling thread alone: ~14 µs per
+  all-MiniLM-L6-v2 LayerNorm of 36 rows, twelve a request (AMD EPYC Zen 3); the graphs 1.02-1.05x
+  (benchmarks/compiled_gemm_ab.py --op norm).
 
 The AVX2 GEMM op, and the attention op where it runs its AVX2 kernel, share their work on threads of
 their own (`Team` in graph_gemm.cpp), not torch's OpenMP team, and the graph that records them keeps
@@ -115,6 +121,10 @@ ATTENTION_OP = "bertkit::bertkit_attention"
 ATTENTION_SHIM = "aoti_torch_cpu_bertkit_attention"
 ATTENTION_SHIM_DECLARATION = (f"AOTITorchError {ATTENTION_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
                               "AtenTensorHandle*, int64_t, AtenTensorHandle*)")
+ADD_NORM_OP = "bertkit::bertkit_add_norm"
+ADD_NORM_SHIM = "aoti_torch_cpu_bertkit_add_norm"
+ADD_NORM_SHIM_DECLARATION = (f"AOTITorchError {ADD_NORM_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
+                             "AtenTensorHandle, double, AtenTensorHandle*)")
 
 SOURCE_FILE = Path(__file__).with_name("graph_gemm.cpp")
 CACHE_ENV = "BERTKIT_COMPILE_CACHE"
@@ -138,7 +148,7 @@ def source_text() -> str:
     text = SOURCE_FILE.read_text(encoding="utf-8")
     text = text.replace("SHIM_FMA_GELU", FMA_GELU_SHIM).replace("SHIM_SEVEN_GELU", SEVEN_GELU_SHIM)  # before their prefixes
     return text.replace("SHIM_MKL", SHIM).replace("SHIM_FMA", FMA_SHIM).replace("SHIM_INT8", INT8_SHIM) \
-        .replace("SHIM_SEVEN", SEVEN_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM)
+        .replace("SHIM_SEVEN", SEVEN_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM).replace("SHIM_ADD_NORM", ADD_NORM_SHIM)
 
 
 _lock = threading.Lock()
@@ -298,16 +308,21 @@ def _register_fake() -> None:
     def _(q, k, v, mask, heads):
         return q.new_empty(q.shape)
 
+    @torch.library.register_fake(ADD_NORM_OP)
+    def _(y, residual, weight, bias, eps):
+        return y.new_empty(y.shape)
+
 
 @contextlib.contextmanager
 def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma: bool = False, seven: bool = False,
-              gelu: bool = True):
+              gelu: bool = True, norm: bool = False):
     """While a model is exported inside this block, its fp32 Linears (kernels.linear) record the MKL
     op when `mkl`, the AVX2 / FMA op when `fma`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`,
     the 7-bit int8 op (their rows quantised by the op) when `seven` (with `gelu`, a feed-forward
     intermediate the AVX2 / FMA or 7-bit op that applies the GELU itself, else inductor's GELU after it),
-    its fp32 padded attention (kernels/layout.Padded) the attention op when `attention` (load()
-    first); inductor is told to call them through their C functions."""
+    its fp32 padded attention (kernels/layout.Padded) the attention op when `attention`, its residual +
+    LayerNorm blocks (kernels/norm.add_norm) the residual + LayerNorm op when `norm` (load() first);
+    inductor is told to call them through their C functions."""
     import torch._inductor.config as inductor_config
 
     ops = torch.ops.bertkit
@@ -317,14 +332,16 @@ def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma
         (ops.bertkit_int8_linear, INT8_SHIM_DECLARATION, int8),
         (ops.bertkit_int8_linear_seven, SEVEN_SHIM_DECLARATION, seven),
         (ops.bertkit_int8_linear_seven_gelu, SEVEN_GELU_SHIM_DECLARATION, seven and gelu),
-        (ops.bertkit_attention, ATTENTION_SHIM_DECLARATION, attention)) if used}
+        (ops.bertkit_attention, ATTENTION_SHIM_DECLARATION, attention),
+        (ops.bertkit_add_norm, ADD_NORM_SHIM_DECLARATION, norm)) if used}
     _recording.mkl, _recording.fma, _recording.int8, _recording.attention = mkl, fma, int8, attention
-    _recording.seven, _recording.gelu = seven, gelu
+    _recording.seven, _recording.gelu, _recording.norm = seven, gelu, norm
     try:
         with inductor_config.patch({"aot_inductor.custom_ops_to_c_shims": shims}):
             yield
     finally:
         _recording.mkl = _recording.fma = _recording.int8 = _recording.attention = _recording.seven = False
+        _recording.norm = False
         _recording.gelu = True
 
 
@@ -346,6 +363,11 @@ def is_recording_seven() -> bool:
 def is_recording_attention() -> bool:
     """Inside `recording(attention=True)`: fp32 padded attention records the attention op."""
     return getattr(_recording, "attention", False)
+
+
+def is_recording_norm() -> bool:
+    """Inside `recording(norm=True)`: residual + LayerNorm blocks record the residual + LayerNorm op."""
+    return getattr(_recording, "norm", False)
 
 
 def amx_int8(folder: Path) -> bool:
@@ -447,6 +469,19 @@ def eager_int8_seven(x: torch.Tensor, pack: torch.Tensor, n: int, weight_scale: 
     """`graph_int8_linear_seven` for an eager model: (..., in) fp32 -> (..., n), from the weight's
     `seven_pack`, its items on torch's threads; through the exact GELU with `gelu`, as the graph's op."""
     return torch.ops.bertkit.bertkit_int8_linear_seven_packed(x, pack, n, weight_scale, bias, gelu)
+
+
+def graph_add_norm(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                   eps: float) -> torch.Tensor:
+    """The residual + LayerNorm op, recorded inside `recording(norm=True)`: LayerNorm(y + residual) over
+    the last dimension with `weight`, `bias` and `eps`, each row on the ops' threads."""
+    return torch.ops.bertkit.bertkit_add_norm(y, residual, weight, bias, eps)
+
+
+def eager_add_norm(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                   eps: float) -> torch.Tensor:
+    """`graph_add_norm` on torch's threads (`eager_ops()` first)."""
+    return torch.ops.bertkit.bertkit_add_norm_eager(y, residual, weight, bias, eps)
 
 
 def graph_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,

@@ -5,6 +5,7 @@ cache, a new one when the weights change; what compile cannot run is refused in 
 import contextlib
 import gc
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -155,7 +156,7 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
     mkl_gemm = again._compiled.mkl_gemm  # the graph's ops are in the key (kernels/graph_gemm.py)
     ops = {"attention_op": again._compiled.attention_op, "fma_gemm": again._compiled.fma_gemm,
-           "gelu_op": again._compiled.gelu_op}
+           "gelu_op": again._compiled.gelu_op, "norm_op": again._compiled.norm_op}
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) in \
         fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm, **ops) not in \
@@ -166,6 +167,8 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
                                      **{**ops, "fma_gemm": not ops["fma_gemm"]}) not in fast._compiled.path.name
     assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
                                      **{**ops, "gelu_op": not ops["gelu_op"]}) not in fast._compiled.path.name
+    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
+                                     **{**ops, "norm_op": not ops["norm_op"]}) not in fast._compiled.path.name
     with monkeypatch.context() as patched:
         patched.setattr(compiled_module, "_source_digest", lambda: "another bertkit")  # the code the graph records
         assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
@@ -430,6 +433,11 @@ def _cpu_flags() -> set[str]:
     return _cpu_info()[0]
 
 
+def _layer_norm_loops(package) -> list[str]:
+    """The names of inductor's LayerNorm loops in a package's kernels."""
+    return re.findall(r'extern "C"\s+void\s+(\w*layer_norm\w*)\(', _wrapper_source(package, "kernel.cpp"))
+
+
 def _wrapper_source(package, ending: str = "wrapper.cpp") -> str:
     import zipfile
 
@@ -684,6 +692,9 @@ def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cach
     assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_SHIM}(") == 1 + 3 * layers
     assert _wrapper_source(runner.path).count(f"{graph_gemm.FMA_GELU_SHIM}(") == 1 + layers  # (1: its declaration)
     assert "erf" not in _wrapper_source(runner.path, "kernel.cpp")  # no GELU loop of inductor's
+    # each block's residual + LayerNorm is the op's: inductor's only LayerNorm loop is the embeddings'
+    assert runner.norm_op and _wrapper_source(runner.path).count(f"{graph_gemm.ADD_NORM_SHIM}(") == 1 + 2 * layers
+    assert _layer_norm_loops(runner.path) == ["cpp_fused_add_embedding_native_layer_norm_0"]
     _assert_lone_inputs_give_the_eager_numbers(runner, model)
     monkeypatch.setattr(graph_gemm, "fma_applies", lambda: False)
     plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
@@ -865,6 +876,9 @@ def test_the_int8_graph_on_avx2_calls_the_avx2_ops_on_the_ops_threads(tiny_model
     assert "erf" not in _wrapper_source(ours.path, "kernel.cpp") and "erf" in _wrapper_source(eight.path, "kernel.cpp")
     assert f"{graph_gemm.INT8_SHIM}(" not in _wrapper_source(ours.path)
     assert _wrapper_source(eight.path).count(f"{graph_gemm.INT8_SHIM}(") == layers
+    for graph in (ours, eight):  # the blocks' residual + LayerNorm through the op in both
+        assert graph.norm_op and _wrapper_source(graph.path).count(f"{graph_gemm.ADD_NORM_SHIM}(") == 1 + 2 * model.config.num_hidden_layers
+        assert len(_layer_norm_loops(graph.path)) == 1  # the embeddings'
     reference = int8_for_graph(model)
     full = BertModel.from_pretrained(tiny_model_dir).eval()
     torch.manual_seed(0)
@@ -1002,6 +1016,39 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
         q = torch.randn(1, 8, 64)
         nothing = torch.zeros(1, 1, 1, 8, dtype=torch.bool)
         assert torch.equal(torch.ops.bertkit.bertkit_attention(q, q, q, nothing, 4), torch.zeros(1, 8, 64))
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_residual_norm_op_is_the_layer_norm_of_the_sum(tmp_path):
+    # bertkit_add_norm (the Team's) and bertkit_add_norm_eager (torch's threads): LayerNorm(y + residual)
+    # over the last dimension, against the formula in float64 (the mean, the variance around it),
+    # as close as torch's own; widths with a tail past whole vectors, a row of one value (no spread:
+    # the bias), 3-D inputs as a graph holds them; the inputs read, never written.
+    from bertkit.kernels import graph_gemm
+
+    graph_gemm.load(tmp_path / "ops")
+    torch.manual_seed(0)
+    for shape in [(1, 384), (36, 384), (5, 768), (7, 20), (3, 13), (2, 9, 40), (0, 384), (1, 7)]:
+        n = shape[-1]
+        y, residual = torch.randn(shape) * 4 + 1, torch.randn(shape)
+        weight, bias = torch.randn(n), torch.randn(n)
+        kept = (y.clone(), residual.clone())
+        total = y.double() + residual.double()
+        mean = total.mean(-1, keepdim=True)
+        variance = ((total - mean) ** 2).mean(-1, keepdim=True)
+        want = (total - mean) / torch.sqrt(variance + 1e-12) * weight.double() + bias.double()
+        torch_error = (torch.nn.functional.layer_norm(y + residual, (n,), weight, bias, 1e-12).double() - want).abs()
+        for op in (torch.ops.bertkit.bertkit_add_norm, torch.ops.bertkit.bertkit_add_norm_eager):
+            got = op(y, residual, weight, bias, 1e-12)
+            assert got.shape == y.shape and got.dtype == torch.float32
+            if y.numel():
+                assert float((got.double() - want).abs().max()) <= max(2e-6, 2 * float(torch_error.max())), shape
+        assert torch.equal(y, kept[0]) and torch.equal(residual, kept[1])
+    flat = torch.full((2, 24), 3.0)  # no spread: every value the mean, the output its bias
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_add_norm(flat, torch.zeros(2, 24), torch.ones(24),
+                                                                  torch.arange(24.0), 1e-5), torch.arange(24.0).repeat(2, 1))
+    with pytest.raises(RuntimeError, match="one shape"):
+        torch.ops.bertkit.bertkit_add_norm(torch.randn(2, 8), torch.randn(2, 9), torch.ones(8), torch.ones(8), 1e-5)
 
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
