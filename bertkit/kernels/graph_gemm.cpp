@@ -14,6 +14,8 @@
 //   bertkit_attention(q, k, v, mask, heads)    fp32 attention of a short input (up to 64 keys) on
 //                                              AVX-512 or AVX2 (on AVX2 up to 512), longer ones
 //                                              through torch's SDPA
+//   bertkit_add_norm(y, residual, weight, bias, eps)
+//                                              LayerNorm(y + residual) of each row (a post-LN block's end)
 //   bertkit_fma_pack / bertkit_fma_linear_packed, bertkit_attention_eager
 //                                              the same for eager models: the pack held by the
 //                                              caller, the items on torch's threads (run_items)
@@ -1659,7 +1661,7 @@ __attribute__((target("avx2,fma"))) void add_norm_row(const float* y, const floa
   for (; c < n; ++c) out[c] = (out[c] - mean) * rstd * weight[c] + bias[c];
 }
 
-at::Tensor add_norm_on(Threads threads, const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight,
+at::Tensor add_norm(const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight,
                        const at::Tensor& bias, double eps) {
   TORCH_CHECK(y.scalar_type() == at::kFloat && residual.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
               bias.scalar_type() == at::kFloat && y.device().is_cpu() && residual.device().is_cpu(),
@@ -1672,7 +1674,7 @@ at::Tensor add_norm_on(Threads threads, const at::Tensor& y, const at::Tensor& r
   auto out = at::empty(y.sizes(), y.options());
   const float *ya = a.data_ptr<float>(), *ra = r.data_ptr<float>(), *wa = w.data_ptr<float>(), *ba = b.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  run_items(threads, (m + kNormRows - 1) / kNormRows, [&](int64_t item) {
+  run_items(Threads::team, (m + kNormRows - 1) / kNormRows, [&](int64_t item) {
     for (int64_t row = item * kNormRows; row < std::min(m, (item + 1) * kNormRows); ++row)
       add_norm_row(ya + row * n, ra + row * n, wa, ba, static_cast<float>(eps), n, o + row * n);
   });
@@ -1687,16 +1689,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 at::Tensor attention_eager(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const std::optional<at::Tensor>& mask, int64_t heads) {
   return attention_on(Threads::torch, q, k, v, mask, heads);
-}
-
-at::Tensor add_norm(const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& bias,
-                    double eps) {
-  return add_norm_on(Threads::team, y, residual, weight, bias, eps);
-}
-
-at::Tensor add_norm_eager(const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& bias,
-                          double eps) {
-  return add_norm_on(Threads::torch, y, residual, weight, bias, eps);
 }
 
 void set_pack_pages(bool huge) { PackMemory::set_huge(huge); }
@@ -1724,7 +1716,6 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_int8_linear_seven_packed(Tensor x, Tensor pack, int n, Tensor weight_scale, Tensor? bias, bool gelu=False) -> Tensor");
   m.def("bertkit_attention(Tensor q, Tensor k, Tensor v, Tensor? mask, int heads) -> Tensor");
   m.def("bertkit_add_norm(Tensor y, Tensor residual, Tensor weight, Tensor bias, float eps) -> Tensor");
-  m.def("bertkit_add_norm_eager(Tensor y, Tensor residual, Tensor weight, Tensor bias, float eps) -> Tensor");
   // the same two ops on torch's OpenMP threads, for eager models (run_items)
   m.def("bertkit_fma_pack(Tensor weight) -> Tensor");
   m.def("bertkit_fma_linear_packed(Tensor x, Tensor pack, int n, Tensor? bias, bool gelu=False) -> Tensor");
@@ -1744,7 +1735,6 @@ TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_int8_linear_seven_packed", &int8_linear_seven_packed);
   m.impl("bertkit_attention", &attention);
   m.impl("bertkit_add_norm", &add_norm);
-  m.impl("bertkit_add_norm_eager", &add_norm_eager);
   m.impl("bertkit_fma_pack", &fma_pack_weight);
   m.impl("bertkit_fma_linear_packed", &fma_linear_packed);
   m.impl("bertkit_attention_eager", &attention_eager);

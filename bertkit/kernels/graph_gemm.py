@@ -478,12 +478,6 @@ def graph_add_norm(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     return torch.ops.bertkit.bertkit_add_norm(y, residual, weight, bias, eps)
 
 
-def eager_add_norm(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                   eps: float) -> torch.Tensor:
-    """`graph_add_norm` on torch's threads (`eager_ops()` first)."""
-    return torch.ops.bertkit.bertkit_add_norm_eager(y, residual, weight, bias, eps)
-
-
 def graph_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                     heads: int) -> torch.Tensor:
     """The attention op, for fp32 attention recorded inside `recording(attention=True)`: (B, T, H)
