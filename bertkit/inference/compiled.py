@@ -58,6 +58,7 @@ engine's per-tensor ones; its accuracy on fine-tuned MRPC and SST-2 is in docs/s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -173,13 +174,28 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
     return BATCH_LIMIT[precision]
 
 
+@dataclasses.dataclass(frozen=True)
+class GraphOps:
+    """Which of bertkit's ops (kernels/graph_gemm.py) a compiled graph records: MKL's fp32 GEMM, the
+    AVX2 / FMA fp32 GEMM, the int8 GEMM (its 7-bit form where `seven`), the attention op, the GEMM op's
+    GELU, the residual + LayerNorm op; `avx2_ops`: its GEMMs are the AVX2 ones (on the ops' threads)."""
+
+    mkl_gemm: bool = False
+    fma_gemm: bool = False
+    int8_gemm: bool = False
+    seven: bool = False
+    avx2_ops: bool = False
+    attention_op: bool = False
+    gelu_op: bool = False
+    norm_op: bool = False
+
+
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
-              mkl_gemm: bool = False, int8_gemm: bool = False, batch_dim: int = MIN_BATCH_DIM,
-              attention_op: bool = False, fma_gemm: bool = False, seven: bool = False, avx2_ops: bool = False,
-              gelu_op: bool = False, norm_op: bool = False) -> str:
+              ops: GraphOps = GraphOps(), batch_dim: int = MIN_BATCH_DIM) -> str:
     """What the compiled package depends on, hashed: change any of it and a new one is made. (At
     int8, `model` is the graph's copy, `int8_for_graph`: its state dict holds the int8 weights.)"""
     features = cpu_features()
+    mkl_gemm, fma_gemm, int8_gemm, seven, attention_op = ops.mkl_gemm, ops.fma_gemm, ops.int8_gemm, ops.seven, ops.attention_op
     facts = {"bertkit": __version__, "torch": torch.__version__, "machine": platform.machine(),
              "cpu": [features.cpu_class, features.avx512, features.bf16, features.amx, features.vnni, features.vendor],
              "threads": torch.get_num_threads(), "model": type(model).__name__,
@@ -190,9 +206,9 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              # the ops' library (its name holds its source's hash): a package calls its C functions
              "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
              "attention": "bertkit op" if attention_op else "sdpa",
-             "loops": "calling thread" if (fma_gemm or avx2_ops) and attention_op else "openmp",
-             "gelu": "gemm op" if gelu_op else "inductor's",
-             "residual + layernorm": "bertkit op" if norm_op else "inductor's",
+             "loops": "calling thread" if (fma_gemm or ops.avx2_ops) and attention_op else "openmp",
+             "gelu": "gemm op" if ops.gelu_op else "inductor's",
+             "residual + layernorm": "bertkit op" if ops.norm_op else "inductor's",
              # what each module computes (the state dict names the tensors, not the code around them)
              "modules": [f"{name}:{type(module).__qualname__}" for name, module in model.named_modules()],
              # ... and the code they run: a change to bertkit's source within a version is another graph
@@ -274,8 +290,9 @@ class CompiledLoneInput:
         self.pools = type(model).__name__ == "BertForSequenceClassification" and _keeps_inputs_apart(model)
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
-        key = cache_key(model, self.output_names, max_length, precision, self.mkl_gemm, self.int8_gemm, self.batch_dim,
-                        self.attention_op, self.fma_gemm, self.seven, self.avx2_ops, self.gelu_op, self.norm_op)
+        self.ops = GraphOps(self.mkl_gemm, self.fma_gemm, self.int8_gemm, self.seven, self.avx2_ops, self.attention_op,
+                            self.gelu_op, self.norm_op)
+        key = cache_key(model, self.output_names, max_length, precision, self.ops, self.batch_dim)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
         limit = cache_limit_bytes()  # a bad value is refused before tens of seconds of compiling

@@ -3,6 +3,7 @@ compiled ahead gives the eager engine's numbers; the package is made once and th
 cache, a new one when the weights change; what compile cannot run is refused in one line."""
 
 import contextlib
+import dataclasses
 import gc
 import os
 import re
@@ -154,34 +155,22 @@ def test_the_package_is_made_once_and_remade_when_the_weights_change(compiled_pa
     rows = again.encode(["a short query"])
     torch.testing.assert_close(again.forward(rows)[0]["last_hidden_state"],
                                fast.forward(rows)[0]["last_hidden_state"], atol=0, rtol=0)
-    mkl_gemm = again._compiled.mkl_gemm  # the graph's ops are in the key (kernels/graph_gemm.py)
-    ops = {"attention_op": again._compiled.attention_op, "fma_gemm": again._compiled.fma_gemm,
-           "gelu_op": again._compiled.gelu_op, "norm_op": again._compiled.norm_op}
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) in \
-        fast._compiled.path.name
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", not mkl_gemm, **ops) not in \
-        fast._compiled.path.name
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
-                                     **{**ops, "attention_op": not ops["attention_op"]}) not in fast._compiled.path.name
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
-                                     **{**ops, "fma_gemm": not ops["fma_gemm"]}) not in fast._compiled.path.name
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
-                                     **{**ops, "gelu_op": not ops["gelu_op"]}) not in fast._compiled.path.name
-    assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm,
-                                     **{**ops, "norm_op": not ops["norm_op"]}) not in fast._compiled.path.name
+    ops = again._compiled.ops  # the graph's ops are in the key (kernels/graph_gemm.py)
+    names = ("last_hidden_state",)
+    assert compiled_module.cache_key(again.model, names, 128, "fp32", ops) in fast._compiled.path.name
+    for field in ("mkl_gemm", "attention_op", "fma_gemm", "gelu_op", "norm_op"):
+        other = dataclasses.replace(ops, **{field: not getattr(ops, field)})
+        assert compiled_module.cache_key(again.model, names, 128, "fp32", other) not in fast._compiled.path.name, field
     with monkeypatch.context() as patched:
         patched.setattr(compiled_module, "_source_digest", lambda: "another bertkit")  # the code the graph records
-        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
-            fast._compiled.path.name
+        assert compiled_module.cache_key(again.model, names, 128, "fp32", ops) not in fast._compiled.path.name
     changed = InferenceEngine(model_dir, compile=True)
     with torch.no_grad():
         changed.model.embeddings.word_embeddings.weight[100] += 1.0
-    key = compiled_module.cache_key(changed.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops)
-    assert key not in fast._compiled.path.name
+    assert compiled_module.cache_key(changed.model, names, 128, "fp32", ops) not in fast._compiled.path.name
     torch.set_num_threads(2)  # the kernels are built for a thread count: another count, another package
     try:
-        assert compiled_module.cache_key(again.model, ("last_hidden_state",), 128, "fp32", mkl_gemm, **ops) not in \
-            fast._compiled.path.name
+        assert compiled_module.cache_key(again.model, names, 128, "fp32", ops) not in fast._compiled.path.name
     finally:
         torch.set_num_threads(1)
 
