@@ -1626,8 +1626,8 @@ at::Tensor attention_on(Threads threads, const at::Tensor& q, const at::Tensor& 
 
 constexpr int64_t kNormRows = 4;  // rows per item
 
-// One row: x = y + residual into out, its mean, then the variance around it (two passes, as torch's
-// CPU kernel is exact to a few ulps of), then (x - mean) * rstd * weight + bias.
+// One row: x = y + residual into out, its mean, then the variance about the mean (a second pass: E[x^2] -
+// mean^2 cancels where the mean is large), then (x - mean) * rstd * weight + bias.
 __attribute__((target("avx2,fma"))) void add_norm_row(const float* y, const float* residual, const float* weight,
                                                        const float* bias, float eps, int64_t n, float* out) {
   __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
@@ -1661,15 +1661,15 @@ __attribute__((target("avx2,fma"))) void add_norm_row(const float* y, const floa
   for (; c < n; ++c) out[c] = (out[c] - mean) * rstd * weight[c] + bias[c];
 }
 
-at::Tensor add_norm(const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight,
-                       const at::Tensor& bias, double eps) {
+at::Tensor add_norm(const at::Tensor& y, const at::Tensor& residual, const at::Tensor& weight, const at::Tensor& bias,
+                    double eps) {
   TORCH_CHECK(y.scalar_type() == at::kFloat && residual.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
               bias.scalar_type() == at::kFloat && y.device().is_cpu() && residual.device().is_cpu(),
               "bertkit_add_norm takes fp32 CPU tensors");
   const int64_t n = y.size(-1), m = y.numel() / std::max<int64_t>(n, 1);
   TORCH_CHECK(residual.numel() == y.numel() && residual.size(-1) == n && weight.numel() == n && bias.numel() == n,
               "bertkit_add_norm: y and residual of one shape, a weight and bias per column");
-  if (!avx2_attention_usable()) return at::layer_norm(y + residual.view(y.sizes()), {n}, weight, bias, eps);
+  if (!avx2_attention_usable()) return at::layer_norm(y + residual.reshape(y.sizes()), {n}, weight, bias, eps);
   auto a = y.contiguous(), r = residual.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   auto out = at::empty(y.sizes(), y.options());
   const float *ya = a.data_ptr<float>(), *ra = r.data_ptr<float>(), *wa = w.data_ptr<float>(), *ba = b.data_ptr<float>();
