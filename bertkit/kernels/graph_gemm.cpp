@@ -1276,7 +1276,8 @@ HeadKernel head_kernel(int64_t chunks, std::integer_sequence<int, Cs...>) {
 }
 
 // The same kernel on AVX2 (CPUs without AVX-512): 8 keys per vector, so up to 64 keys take 8
-// chunks; R x C score vectors plus a key vector and a broadcast fit in the 16 AVX registers.
+// chunks; R x C score vectors (attend_head8 picks R) and the context's sums (context_rows8) in the
+// 16 AVX registers.
 __attribute__((target("avx2,fma"))) inline float reduce_max8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -1349,7 +1350,8 @@ __attribute__((target("avx2,fma"))) inline void context_block(const HeadProblem&
 }
 
 // The context of R rows over all the head's dimensions: four rows two groups at a time, fewer rows
-// four groups (one row, two keys apart too); a head size not a multiple of 32 ends a group at a time.
+// four groups (one row, two keys apart too); what is left of a head size past whole blocks of groups
+// (48 dimensions at four groups) a group at a time.
 template <int R>
 __attribute__((target("avx2,fma"))) inline void context_rows8(const HeadProblem& p, const float* probs, int64_t stride,
                                                               float* const* o, int64_t rows) {
@@ -1669,7 +1671,7 @@ at::Tensor add_norm(const at::Tensor& y, const at::Tensor& residual, const at::T
   const int64_t n = y.size(-1), m = y.numel() / std::max<int64_t>(n, 1);
   TORCH_CHECK(residual.numel() == y.numel() && residual.size(-1) == n && weight.numel() == n && bias.numel() == n,
               "bertkit_add_norm: y and residual of one shape, a weight and bias per column");
-  if (!avx2_attention_usable()) return at::layer_norm(y + residual.reshape(y.sizes()), {n}, weight, bias, eps);
+  if (!fma_usable()) return at::layer_norm(y + residual.reshape(y.sizes()), {n}, weight, bias, eps);
   auto a = y.contiguous(), r = residual.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   auto out = at::empty(y.sizes(), y.options());
   const float *ya = a.data_ptr<float>(), *ra = r.data_ptr<float>(), *wa = w.data_ptr<float>(), *ba = b.data_ptr<float>();
