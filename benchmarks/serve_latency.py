@@ -77,6 +77,15 @@ class Client:
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
     def post(self, route: str, body: dict):
+        try:
+            return self._post(route, body)
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # the server closed the connection after idling (uvicorn: 5 s without a request, as when
+            # another engine of the rotation compiles its graph): the request never reached it
+            self.connection.close()
+            return self._post(route, body)
+
+    def _post(self, route: str, body: dict):
         self.connection.request("POST", route, body=json.dumps(body).encode(),
                                 headers={"Content-Type": "application/json"})
         response = self.connection.getresponse()
