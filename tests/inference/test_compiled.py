@@ -1015,8 +1015,9 @@ def test_the_graphs_attention_op_is_the_attention_formula(tmp_path):
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_residual_norm_op_is_the_layer_norm_of_the_sum(tmp_path):
     # bertkit_add_norm (its rows on the ops' Team): LayerNorm(y + residual) over the last dimension,
-    # against the formula in float64 (the mean, the variance around it), as close as torch's own; widths with a tail past whole vectors, a row of one value (no spread:
-    # the bias), 3-D inputs as a graph holds them; the inputs read, never written.
+    # against the formula in float64 (the mean, the variance around it), as close as torch's own;
+    # widths with a tail past whole vectors, a row of one value (no spread: the bias), 3-D inputs as
+    # a graph holds them; the inputs read, never written.
     from bertkit.kernels import graph_gemm
 
     graph_gemm.load(tmp_path / "ops")
