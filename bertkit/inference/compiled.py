@@ -177,7 +177,8 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
 @dataclasses.dataclass(frozen=True)
 class GraphOps:
     """Which of bertkit's ops (kernels/graph_gemm.py) a compiled graph records: MKL's fp32 GEMM, the
-    AVX2 / FMA fp32 GEMM, the int8 GEMM (its 7-bit form where `seven`), the attention op, the GEMM op's
+    AVX2 / FMA fp32 GEMM, the int8 GEMM (its form that quantises the rows itself where `seven`: 7 bits,
+    8 with VNNI), the attention op, the GEMM op's
     GELU, the residual + LayerNorm op; `avx2_ops`: its GEMMs are the AVX2 ones (on the ops' threads)."""
 
     mkl_gemm: bool = False
@@ -201,7 +202,7 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "7-bit int8 op" if seven
+             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "row int8 op" if seven
              else "int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
              "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
@@ -259,13 +260,15 @@ class CompiledLoneInput:
         self.output_names, self.max_length = tuple(output_names), max_length
         folder = cache_dir()
         self.mkl_gemm = gemm_ops and precision == "fp32" and graph_gemm.applies(model) and _mkl_op_loaded(folder)
-        # bertkit's own AVX2 / FMA GEMM where AVX2 is the CPU's widest vector unit (oneDNN's is slower there)
-        self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and graph_gemm.fma_applies() \
-            and _fma_op_loaded(folder)
+        # bertkit's own AVX2 / FMA GEMM where the CPU's vector units are 256 bits wide (AVX2 only, or a
+        # Zen 4: graph_gemm.team_graphs; oneDNN's is slower there)
+        self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and _fma_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and _own_int8_op(folder)
         # On AVX2 without VNNI, activations of 7 bits (the op quantises each row): 1.4-1.5x the exact
-        # 8-bit kernel's speed (kernels/graph_gemm.cpp); `seven_bit` False keeps the 8-bit op there
-        self.seven = self.int8_gemm and not cpu_features().amx and seven_bit
+        # 8-bit kernel's speed (kernels/graph_gemm.cpp); `seven_bit` False keeps the 8-bit op there.
+        # With AVX512_VNNI on the ops' threads (a Zen 4) the same op quantises each row to 8 bits.
+        self.vnni = self.int8_gemm and graph_gemm.vnni_int8(folder)
+        self.seven = self.int8_gemm and not cpu_features().amx and (seven_bit or self.vnni)
         # The AVX2 GEMMs (fp32, and int8 without VNNI) run on the ops' own threads (graph_gemm.cpp, Team)
         self.avx2_ops = self.fma_gemm or (self.int8_gemm and not cpu_features().amx)
         # Their feed-forward intermediate applies the exact GELU as it stores its outputs, on the ops'
@@ -393,8 +396,9 @@ def _mkl_op_loaded(folder: Path) -> bool:
 
 
 def _fma_op_loaded(folder: Path) -> bool:
-    """The fp32 graph's AVX2 / FMA GEMM op (kernels/graph_gemm.py) built, loaded and able to run its kernel."""
-    return _graph_op("the AVX2 GEMM op", lambda: graph_gemm.fma_usable(folder))
+    """The fp32 graph's AVX2 / FMA GEMM op (kernels/graph_gemm.py) built, loaded, able to run its kernel
+    and the graphs' kernel here (`team_graphs`: AVX2 only, or a Zen 4)."""
+    return _graph_op("the AVX2 GEMM op", lambda: graph_gemm.fma_usable(folder) and graph_gemm.team_graphs(folder))
 
 
 def _amx_int8_op(folder: Path) -> bool:
@@ -404,11 +408,13 @@ def _amx_int8_op(folder: Path) -> bool:
 
 def _own_int8_op(folder: Path) -> bool:
     """The int8 graph's GEMM op running a kernel of bertkit's here: AMX tiles where the CPU has them
-    (and Linux lends them), AVX2 where it has neither VNNI nor AMX (kernels/graph_gemm.py)."""
+    (and Linux lends them), AVX512_VNNI on the ops' threads on a Zen 4, AVX2 where it has neither VNNI
+    nor AMX (kernels/graph_gemm.py)."""
     if cpu_features().amx:
         return _amx_int8_op(folder)
-    return not cpu_features().vnni and _graph_op("the AVX2 int8 GEMM op", lambda: graph_gemm.avx2_int8(folder),
-                                                 instead="no int8 graph")
+    if cpu_features().vnni:
+        return _graph_op("the VNNI int8 GEMM op", lambda: graph_gemm.vnni_int8(folder))
+    return _graph_op("the AVX2 int8 GEMM op", lambda: graph_gemm.avx2_int8(folder), instead="no int8 graph")
 
 
 def uses_attention_op(precision: str, folder: Path) -> bool:

@@ -424,6 +424,34 @@ bool fma_usable() {
   return usable;
 }
 
+bool avx512_usable() {
+  static const bool usable = __builtin_cpu_supports("avx512f");
+  return usable;
+}
+
+// AMD's Zen 4 (family 25 with AVX-512) runs an AVX-512 instruction as two 256-bit halves: the AVX2
+// kernels lose no arithmetic width there.
+bool amd_zen4() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;  // "AuthenticAMD"
+  if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  return ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff) == 0x19 && avx512_usable();
+}
+
+bool amx_usable();
+
+// Whether the compiled graphs' GEMMs are this file's 256-bit kernels on the Team (fp32, and int8
+// without AMX), their attention and their own loops too: CPUs whose vector units are 256 bits wide,
+// AVX2 without AVX-512 or AMD's Zen 4. There oneDNN's GEMMs ran at about half the FMA peak at one
+// request's row counts: on a Zen 4, one all-MiniLM-L6-v2 input of 8-64 tokens through the fp32 graph
+// 10.7 ms with these kernels against 15.1 with oneDNN's AVX-512 ones (docs/speed.md). Intel's
+// AVX-512 CPUs and later AMD ones (full 512-bit units) keep oneDNN's (MKL's, AMX) kernels, unmeasured.
+bool team_graphs() {
+  static const bool team = fma_usable() && !amx_usable() && (!avx512_usable() || amd_zen4());
+  return team;
+}
+
 __attribute__((target("avx2,fma"))) inline __m256 exp_nonpositive8(__m256 x);  // (the attention's, below)
 
 // The exact GELU, x / 2 (1 + erf(x / sqrt 2)), for an eager model's intermediate GEMM (its output
@@ -792,6 +820,20 @@ bool avx2_int8_usable() {
   return usable;
 }
 
+// Whether the row-quantising op (int8_linear_seven) sums with VPDPBUSD: the graphs' kernels are the
+// Team's (team_graphs: a Zen 4 here) and the CPU has AVX512_VNNI, which multiplies unsigned 8-bit
+// values by signed ones and adds each four products into an int32 exactly, in one instruction: the
+// rows quantised to 8 bits (255 steps) rather than 7, one instruction per 32 products rather than three.
+bool vnni_int8_usable() {
+  static const bool usable = team_graphs() && avx512_usable() && __builtin_cpu_supports("avx512vnni") &&
+                             __builtin_cpu_supports("avx512vl");
+  return usable;
+}
+
+// The steps a row quantised by the op spans: 255 with VNNI (exact sums of 8-bit values), else 127
+// (VPMADDUBSW's 16-bit pair sums hold 7-bit values times int8 weights).
+int row_steps() { return vnni_int8_usable() ? 255 : 127; }
+
 // Seven: `a` holds 7-bit unsigned values (int8_linear_seven), multiplied as they are, the rows' zero
 // points times the columns' weight sums taken from the sums as they are stored. Paired (Seven, and
 // every weight within +-64: kernels/int8.py's 7-bit weights, +-63): two VPMADDUBSW pair sums
@@ -803,6 +845,52 @@ bool avx2_int8_usable() {
 // 1.07-1.09x, two 1.03-1.06x).
 #define BERTKIT_INT8_ROWS(X) X(0) X(1) X(2) X(3)
 enum class Int8Mode { exact, seven, paired };
+
+// R rows' int32 sums of one 16-column block (low: its first 8 columns, high: the next 8) -> y's
+// `columns` (<= 16): where the rows were quantised with a zero point (`Zero`), the zero point times
+// the column's weight sum taken off, then times the row's and the column's scale, plus the bias.
+template <int R, bool Zero>
+__attribute__((target("avx2,fma"), always_inline)) inline void store_int8_rows(
+    const __m256i* lows, const __m256i* highs, const float* row_scale, const float* column_scale, const float* bias,
+    float* y, int64_t ldy, int64_t columns, const int32_t* zero, const int32_t* column_sums) {
+  // A whole block's scales and bias read in place: copied out for every call (two memcpy calls of a
+  // variable size) they cost 3-12% of the kernel at one request's rows (Zen 3, harness A/B)
+  alignas(32) float scale[kBlock] = {}, start[kBlock] = {}, last[kBlock];
+  const float* scales = column_scale;
+  const float* biases = bias != nullptr ? bias : start;
+  if (columns < kBlock) {
+    std::memcpy(scale, column_scale, columns * sizeof(float));
+    if (bias != nullptr) std::memcpy(start, bias, columns * sizeof(float));
+    scales = scale;
+    biases = start;
+  }
+  const __m256 scale_low = _mm256_loadu_ps(scales), scale_high = _mm256_loadu_ps(scales + 8);
+  const __m256 bias_low = _mm256_loadu_ps(biases), bias_high = _mm256_loadu_ps(biases + 8);
+  __m256i sums_low = _mm256_setzero_si256(), sums_high = _mm256_setzero_si256();
+  if constexpr (Zero) {  // padded to whole blocks of 64 columns: 16 can be read
+    sums_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums));
+    sums_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums + 8));
+  }
+  for (int r = 0; r < R; ++r) {
+    __m256i low = lows[r], high = highs[r];
+    if constexpr (Zero) {
+      const __m256i z = _mm256_set1_epi32(zero[r]);
+      low = _mm256_sub_epi32(low, _mm256_mullo_epi32(z, sums_low));
+      high = _mm256_sub_epi32(high, _mm256_mullo_epi32(z, sums_high));
+    }
+    const __m256 s = _mm256_set1_ps(row_scale[r]);
+    const __m256 out_low = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(low), s), scale_low, bias_low);
+    const __m256 out_high = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(high), s), scale_high, bias_high);
+    if (columns == kBlock) {
+      _mm256_storeu_ps(y + r * ldy, out_low);
+      _mm256_storeu_ps(y + r * ldy + 8, out_high);
+    } else {
+      _mm256_store_ps(last, out_low);
+      _mm256_store_ps(last + 8, out_high);
+      std::memcpy(y + r * ldy, last, columns * sizeof(float));
+    }
+  }
+}
 
 template <int R, Int8Mode Mode>
 __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t lda, const int8_t* block, int64_t kp,
@@ -867,56 +955,68 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
     }
   }
   }
-  // A whole block's scales and bias read in place: copied out for every call (two memcpy calls of a
-  // variable size) they cost 3-12% of the kernel at one request's rows (Zen 3, harness A/B)
-  alignas(32) float scale[kBlock] = {}, start[kBlock] = {}, last[kBlock];
-  const float* scales = column_scale;
-  const float* biases = bias != nullptr ? bias : start;
-  if (columns < kBlock) {
-    std::memcpy(scale, column_scale, columns * sizeof(float));
-    if (bias != nullptr) std::memcpy(start, bias, columns * sizeof(float));
-    scales = scale;
-    biases = start;
+  __m256i lows[kInt8Rows], highs[kInt8Rows];
+#define BERTKIT_GATHER(r)  \
+  if constexpr (r < R) {   \
+    lows[r] = low##r;      \
+    highs[r] = high##r;    \
   }
-  const __m256 scale_low = _mm256_loadu_ps(scales), scale_high = _mm256_loadu_ps(scales + 8);
-  const __m256 bias_low = _mm256_loadu_ps(biases), bias_high = _mm256_loadu_ps(biases + 8);
-  __m256i sums_low = _mm256_setzero_si256(), sums_high = _mm256_setzero_si256();
-  if constexpr (Seven) {  // padded to whole blocks of 64 columns: 16 can be read
-    sums_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums));
-    sums_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column_sums + 8));
-  }
-#define BERTKIT_STORE(r)                                                                                   \
-  if constexpr (r < R) {                                                                                   \
-    if constexpr (Seven) {                                                                                 \
-      const __m256i z = _mm256_set1_epi32(zero[r]);                                                        \
-      low##r = _mm256_sub_epi32(low##r, _mm256_mullo_epi32(z, sums_low));                                  \
-      high##r = _mm256_sub_epi32(high##r, _mm256_mullo_epi32(z, sums_high));                               \
-    }                                                                                                      \
-    const __m256 s = _mm256_set1_ps(row_scale[r]);                                                         \
-    const __m256 out_low = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(low##r), s), scale_low, bias_low);     \
-    const __m256 out_high = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(high##r), s), scale_high, bias_high); \
-    if (columns == kBlock) {                                                                               \
-      _mm256_storeu_ps(y + r * ldy, out_low);                                                              \
-      _mm256_storeu_ps(y + r * ldy + 8, out_high);                                                         \
-    } else {                                                                                               \
-      _mm256_store_ps(last, out_low);                                                                      \
-      _mm256_store_ps(last + 8, out_high);                                                                 \
-      std::memcpy(y + r * ldy, last, columns * sizeof(float));                                             \
-    }                                                                                                      \
-  }
-  BERTKIT_INT8_ROWS(BERTKIT_STORE)
+  BERTKIT_INT8_ROWS(BERTKIT_GATHER)
+  store_int8_rows<R, Seven>(lows, highs, row_scale, column_scale, bias, y, ldy, columns, zero, column_sums);
 #undef BERTKIT_START
 #undef BERTKIT_PAIRED
 #undef BERTKIT_DOT
-#undef BERTKIT_STORE
+#undef BERTKIT_GATHER
+}
+
+// The same with VPDPBUSD (vnni_int8_usable): `a` holds 8-bit unsigned values with a zero point, each
+// step of four K values one instruction per eight columns of a row, the sums exact (255 x 127 x 4 is
+// far from int32's limit).
+template <int R>
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void int8_rows_vnni(
+    const int8_t* a, int64_t lda, const int8_t* block, int64_t kp, const float* row_scale, const float* column_scale,
+    const float* bias, float* y, int64_t ldy, int64_t columns, const int32_t* zero, const int32_t* column_sums,
+    const int8_t* next, int64_t phase, int64_t stride) {
+  __m256i lows[kInt8Rows], highs[kInt8Rows];
+#define BERTKIT_START(r) __m256i low##r = _mm256_setzero_si256(), high##r = _mm256_setzero_si256();
+  BERTKIT_INT8_ROWS(BERTKIT_START)
+  const int64_t lines = kp / 4;
+  for (int64_t start = 0; start < lines; start += stride) {
+    if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kBlock * 4), _MM_HINT_T0);
+    const int64_t end = std::min(lines, start + stride) * 4;
+    for (int64_t i = start * 4; i < end; i += 4) {
+      const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));
+      const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32));
+#define BERTKIT_DOT(r)                                          \
+      if constexpr (r < R) {                                    \
+        int32_t word;                                           \
+        std::memcpy(&word, a + r * lda + i, sizeof(word));      \
+        const __m256i x = _mm256_set1_epi32(word);              \
+        low##r = _mm256_dpbusd_epi32(low##r, x, b_low);         \
+        high##r = _mm256_dpbusd_epi32(high##r, x, b_high);      \
+      }
+      BERTKIT_INT8_ROWS(BERTKIT_DOT)
+    }
+  }
+#define BERTKIT_GATHER(r)  \
+  if constexpr (r < R) {   \
+    lows[r] = low##r;      \
+    highs[r] = high##r;    \
+  }
+  BERTKIT_INT8_ROWS(BERTKIT_GATHER)
+  store_int8_rows<R, true>(lows, highs, row_scale, column_scale, bias, y, ldy, columns, zero, column_sums);
+#undef BERTKIT_START
+#undef BERTKIT_DOT
+#undef BERTKIT_GATHER
 }
 #undef BERTKIT_INT8_ROWS
 
 using Int8Kernel = void (*)(const int8_t*, int64_t, const int8_t*, int64_t, const float*, const float*, const float*,
                             float*, int64_t, int64_t, const int32_t*, const int32_t*, const int8_t*, int64_t, int64_t);
 #define BERTKIT_MODE(m) {&int8_rows_avx2<1, m>, &int8_rows_avx2<2, m>, &int8_rows_avx2<3, m>, &int8_rows_avx2<4, m>}
-constexpr Int8Kernel kInt8Kernels[3][kInt8Rows] = {
-    BERTKIT_MODE(Int8Mode::exact), BERTKIT_MODE(Int8Mode::seven), BERTKIT_MODE(Int8Mode::paired)};
+constexpr Int8Kernel kInt8Kernels[4][kInt8Rows] = {
+    BERTKIT_MODE(Int8Mode::exact), BERTKIT_MODE(Int8Mode::seven), BERTKIT_MODE(Int8Mode::paired),
+    {&int8_rows_vnni<1>, &int8_rows_vnni<2>, &int8_rows_vnni<3>, &int8_rows_vnni<4>}};
 #undef BERTKIT_MODE
 
 // An item is one 16-column block times one chunk of rows, claimed one at a time on `threads` (as fma_compute).
@@ -931,7 +1031,7 @@ void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
     const int64_t passes = (chunk_end - chunk + kInt8Rows - 1) / kInt8Rows;
     for (int64_t r = chunk, phase = 0; r < chunk_end; r += kInt8Rows, ++phase) {
       int64_t rows = std::min(kInt8Rows, chunk_end - r);
-      kInt8Kernels[p.zero == nullptr ? 0 : p.paired ? 2 : 1][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r,
+      kInt8Kernels[p.zero == nullptr ? 0 : vnni_int8_usable() ? 3 : p.paired ? 2 : 1][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r,
                                                 p.weight_scale + column, p.bias ? p.bias + column : nullptr,
                                                 p.y + r * p.n + column, p.n, columns, p.zero ? p.zero + r : nullptr,
                                                 p.column_sums ? p.column_sums + column : nullptr, ahead, phase, passes);
@@ -1020,9 +1120,10 @@ at::Tensor seven_pack(const at::Tensor& w) {
   return data;
 }
 
-// One row's 7-bit values (kp bytes, zero past k), its scale and zero point.
+// One row's unsigned values over `steps` (127: 7 bits; 255 with VNNI) in kp bytes (zero past k), its
+// scale and zero point.
 __attribute__((target("avx2,fma"))) void quantise_row_seven(const float* x, int64_t k, int64_t kp, uint8_t* q,
-                                                             float* scale, int32_t* zero) {
+                                                             float* scale, int32_t* zero, int steps) {
   __m256 low = _mm256_setzero_ps(), high = _mm256_setzero_ps();  // the range holds 0
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
@@ -1036,13 +1137,13 @@ __attribute__((target("avx2,fma"))) void quantise_row_seven(const float* x, int6
   float lo = 0.0f, hi = 0.0f;
   for (int j = 0; j < 8; ++j) lo = std::min(lo, lows[j]), hi = std::max(hi, highs[j]);
   for (int64_t j = i; j < k; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
-  float s = (hi - lo) / 127.0f;
+  float s = (hi - lo) / static_cast<float>(steps);
   if (!(s > 0.0f)) s = 1.0f;  // an all-zero row: every value 0, its zero point 0
   const float inverse = 1.0f / s;
-  const int32_t z = std::min(127, std::max(0, static_cast<int32_t>(std::nearbyint(-lo * inverse))));
+  const int32_t z = std::min(steps, std::max(0, static_cast<int32_t>(std::nearbyint(-lo * inverse))));
   const __m256 scale8 = _mm256_set1_ps(inverse);
   const __m256i z8 = _mm256_set1_epi32(z), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256i top = _mm256_set1_epi8(127);
+  const __m256i top = _mm256_set1_epi8(static_cast<char>(steps));
   i = 0;
   for (; i + 32 <= k; i += 32) {  // 32 values: rounded (to nearest even, as nearbyint), offset, packed to bytes
     __m256i v0 = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale8)), z8);
@@ -1053,7 +1154,7 @@ __attribute__((target("avx2,fma"))) void quantise_row_seven(const float* x, int6
     bytes = _mm256_min_epu8(_mm256_permutevar8x32_epi32(bytes, order), top);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), bytes);
   }
-  for (; i < k; ++i) q[i] = static_cast<uint8_t>(std::min(127, std::max(0, static_cast<int32_t>(std::nearbyint(x[i] * inverse)) + z)));
+  for (; i < k; ++i) q[i] = static_cast<uint8_t>(std::min(steps, std::max(0, static_cast<int32_t>(std::nearbyint(x[i] * inverse)) + z)));
   for (; i < kp; ++i) q[i] = 0;
   *scale = s;
   *zero = z;
@@ -1074,9 +1175,10 @@ at::Tensor seven_compute(Threads threads, const at::Tensor& input, const at::Ten
   float* scale = scales.data_ptr<float>();
   int32_t* zero = zeros.data_ptr<int32_t>();
   constexpr int64_t kQuantiseRows = 16;
+  const int steps = row_steps();
   run_items(threads, (m + kQuantiseRows - 1) / kQuantiseRows, [&](int64_t item) {
     for (int64_t r = item * kQuantiseRows; r < std::min(m, (item + 1) * kQuantiseRows); ++r)
-      quantise_row_seven(a + r * k, k, kp, q + r * kp, scale + r, zero + r);
+      quantise_row_seven(a + r * k, k, kp, q + r * kp, scale + r, zero + r, steps);
   });
   const int8_t* packed = pack.data_ptr<int8_t>();
   Int8Problem problem{reinterpret_cast<const int8_t*>(q), m, kp, n, packed, scale, column_scales.data_ptr<float>(),
@@ -1102,11 +1204,12 @@ at::Tensor seven_linear(const at::Tensor& x, const at::Tensor& weight, const at:
   auto input = x.contiguous();
   if (!fma_usable() || m == 0 || n == 0 || k == 0) {
     auto lo = at::clamp_max(std::get<0>(input.min(1, true)), 0), hi = at::clamp_min(std::get<0>(input.max(1, true)), 0);
-    auto s = (hi - lo) / 127.0f;
+    const int steps = row_steps();
+    auto s = (hi - lo) / static_cast<float>(steps);
     s = at::where(s > 0, s, at::ones_like(s));
     auto inverse = 1.0f / s;
-    auto z = at::clamp(at::round(-lo * inverse), 0, 127);
-    auto q = at::clamp(at::round(input * inverse) + z, 0, 127).to(at::kDouble);
+    auto z = at::clamp(at::round(-lo * inverse), 0, steps);
+    auto q = at::clamp(at::round(input * inverse) + z, 0, steps).to(at::kDouble);
     auto w = weight.to(at::kDouble);
     auto sums = at::matmul(q, w) - z.to(at::kDouble) * w.sum(0);
     auto y = (sums * s.to(at::kDouble) * column_scales.to(at::kDouble)).to(at::kFloat);
@@ -1162,11 +1265,6 @@ at::Tensor int8_linear_seven_packed(const at::Tensor& x, const at::Tensor& pack,
 // their scores, softmax and context rows. Longer inputs take torch's SDPA.
 
 constexpr int64_t kShortKeys = 64;  // past this torch's flash attention was as fast or faster
-
-bool avx512_usable() {
-  static const bool usable = __builtin_cpu_supports("avx512f");
-  return usable;
-}
 
 // e^x for x <= 0 (a score minus its row's maximum), ~2 ulp; 0 below -87 (masked keys: -inf).
 __attribute__((target("avx512f"))) inline __m512 exp_nonpositive(__m512 x) {
@@ -1617,7 +1715,7 @@ at::Tensor attention_on(Threads threads, const at::Tensor& q, const at::Tensor& 
     else attend_head8_long(p);
   };
   const int64_t items = static_cast<int64_t>(short_ones.size()) * heads;
-  if (!wide) {  // the avx2 graph: every op of it on the Team (its loops run alone: compiled.py)
+  if (!wide || team_graphs()) {  // these graphs: every op of them on the Team (their loops run alone: compiled.py)
     run_items(threads, items, one_head);
     return out;
   }
@@ -1710,6 +1808,8 @@ void set_team_spin(int64_t milliseconds) {
 
 bool amx_int8() { return amx_usable(); }
 bool avx2_int8() { return avx2_int8_usable(); }
+bool vnni_int8() { return vnni_int8_usable(); }
+int64_t int8_row_steps() { return row_steps(); }
 }  // namespace
 
 TORCH_LIBRARY(bertkit, m) {
@@ -1720,6 +1820,9 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_int8_linear(Tensor q, Tensor row_scale, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_amx_int8() -> bool", &amx_int8);  // whether bertkit_int8_linear runs on AMX here
   m.def("bertkit_avx2_int8() -> bool", &avx2_int8);  // whether it runs its AVX2 kernel here (no VNNI, no AMX)
+  m.def("bertkit_vnni_int8() -> bool", &vnni_int8);  // whether bertkit_int8_linear_seven sums with VNNI here
+  m.def("bertkit_int8_row_steps() -> int", &int8_row_steps);  // the steps it quantises a row to (127 or 255)
+  m.def("bertkit_team_graphs() -> bool", &team_graphs);  // whether the graphs' GEMMs are the Team's kernels here
   m.def("bertkit_int8_linear_seven(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_int8_linear_seven_gelu(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_seven_pack(Tensor weight) -> Tensor");

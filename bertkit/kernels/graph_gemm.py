@@ -13,14 +13,17 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   to save. The op packs each weight on its first call (cblas_sgemm_pack) and runs
   cblas_sgemm_compute for any row count.
 * `bertkit::bertkit_fma_linear(x, weight, bias)`, fp32, for the Linears of the fp32 graph on CPUs
-  whose widest vector unit is AVX2 (the avx2 class, `fma_applies`): bertkit's own kernel. The weight
+  whose vector units are 256 bits wide (the avx2 class, and AMD's Zen 4, which runs AVX-512 as two
+  halves: `team_graphs`): bertkit's own kernel. The weight
   is packed once in panels of 16 output columns (K rows of 16 floats each); six input rows at a time
   keep a panel's 6 x 16 sums in twelve AVX registers, the bias their start. At one request's row
   counts oneDNN's AVX2 GEMM ran at ~55% of the FMA peak of an AMD EPYC Zen 3 and MKL (its AVX2 path
   on AMD) slower; every layer's GEMMs of all-MiniLM-L6-v2 in order, 8 / 40 / 64 rows: 2.9 / 6.7 /
   10.6 ms against oneDNN's packed 3.5 / 8.5 / 12.0 and ONNX Runtime's MLAS 2.8 / 6.6 / 9.6; BERT-base
   19.5 / 48.1 / 72.1 against 26.2 / 58.4 / 85.4 and 19.2 / 47.4 / 68.1 (benchmarks/small_gemm.py
-  --weights model). Without AVX2 and FMA it is F.linear.
+  --weights model). On a Zen 4 the fp32 graph with it took one all-MiniLM-L6-v2 input of 8-64 tokens
+  in 9.6 ms against 15.1 with oneDNN's AVX-512 GEMMs (ONNX Runtime 9.7; benchmarks/bench_engines.py,
+  docs/speed.md). Without AVX2 and FMA it is F.linear.
 * `bertkit::bertkit_int8_linear(q, row_scale, weight, weight_scale, bias)`, the per-token int8
   Linears of the int8 graph (kernels/int8.RowInt8Linear) on CPUs with AMX: the int8 products summed
   on AMX tiles (TDPBSSD, exact int32 sums as oneDNN's `_int_mm` gives), the row's and the column's
@@ -33,7 +36,10 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   there instead: the op quantises each fp32 row itself to 7-bit unsigned values (its range over 127
   steps, a zero point), which VPMADDUBSW multiplies as they are (fbgemm's `reduce_range` on such
   CPUs, per token here): three instructions per 32 products rather than five, 1.2-1.5x the exact
-  kernel's speed on all-MiniLM-L6-v2's shapes (AMD EPYC Zen 3).
+  kernel's speed on all-MiniLM-L6-v2's shapes (AMD EPYC Zen 3). On a Zen 4 (`vnni_int8`) the same op
+  quantises each row to 8 bits (255 steps, `row_steps`) and sums with AVX512_VNNI's VPDPBUSD (unsigned
+  8-bit values times signed ones, four products into an int32, exact): one instruction per 32
+  products, on the ops' threads, where oneDNN's `_int_mm` took the int8 graph's GEMMs before.
 
 * `bertkit::bertkit_attention(q, k, v, mask, heads)`, the fp32 attention of the fp32 and int8 graphs
   on CPUs with AVX-512 or AVX2 (recorded by kernels/layout.Padded): for up to 64 keys a head's scores stay
@@ -54,8 +60,8 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   all-MiniLM-L6-v2 LayerNorm of 36 rows, twelve a request (AMD EPYC Zen 3); the graphs 1.02-1.05x
   (benchmarks/compiled_gemm_ab.py --op norm).
 
-The AVX2 GEMM op, and the attention op where it runs its AVX2 kernel, share their work on threads of
-their own (`Team` in graph_gemm.cpp), not torch's OpenMP team, and the graph that records them keeps
+The AVX2 GEMM op, and the attention op where it runs its AVX2 kernel or the graphs' kernels are these
+(`team_graphs`), share their work on threads of their own (`Team` in graph_gemm.cpp), not torch's OpenMP team, and the graph that records them keeps
 inductor's own loops on the calling thread (compiled.py). libgomp splits a region evenly and waits
 at its end for every thread, so the first regions of a lone request after a rest wait for a worker
 that went to sleep; on the Team the caller and the workers claim items one at a time and the caller
@@ -165,13 +171,14 @@ def applies(model: torch.nn.Module) -> bool:
     return mkl_available() and any(options is not None and options.mkl_rows > 0 for options in held)
 
 
-def fma_applies() -> bool:
-    """Whether a compiled fp32 graph records its Linears as the AVX2 / FMA op rather than inductor's
-    oneDNN GEMMs: on CPUs whose widest vector unit is AVX2 (the avx2 class), where the op measured
-    1.2-1.3x oneDNN's packed GEMM at one request's row counts (8-64)."""
-    from ..device import cpu_features
-
-    return cpu_features().cpu_class == "avx2"
+def team_graphs(folder: Path) -> bool:
+    """Whether the compiled graphs' GEMMs are bertkit's 256-bit ops on the ops' own threads here (fp32,
+    and int8 without AMX), their attention and their residual + LayerNorm too: CPUs whose vector units
+    are 256 bits wide, AVX2 without AVX-512 (the avx2 class) or AMD's Zen 4, which runs an AVX-512
+    instruction as two halves; there oneDNN's GEMMs ran at about half the FMA peak at one request's row
+    counts (graph_gemm.cpp, `team_graphs`). Builds and loads the ops first. Raises RuntimeError as load() does."""
+    load(folder)
+    return bool(torch.ops.bertkit.bertkit_team_graphs())
 
 
 def load(folder: Path) -> Path:
@@ -385,10 +392,27 @@ def avx2_int8(folder: Path) -> bool:
     return bool(torch.ops.bertkit.bertkit_avx2_int8())
 
 
+def vnni_int8(folder: Path) -> bool:
+    """Whether the row-quantising int8 op (`bertkit_int8_linear_seven`) sums with AVX512_VNNI here: the
+    graphs' kernels are the ops' own (`team_graphs`) on a CPU with AVX512_VNNI (a Zen 4), its rows
+    quantised to 8 bits rather than 7 (`row_steps`); builds and loads the ops first. Raises
+    RuntimeError as load() does."""
+    load(folder)
+    return bool(torch.ops.bertkit.bertkit_vnni_int8())
+
+
+def row_steps(folder: Path) -> int:
+    """The steps of a row quantised by the row-quantising int8 op here: 255 with VNNI (`vnni_int8`),
+    else 127; builds and loads the ops first."""
+    load(folder)
+    return int(torch.ops.bertkit.bertkit_int8_row_steps())
+
+
 def own_int8(folder: Path) -> bool:
-    """Whether the int8 op runs a kernel of bertkit's here (AMX tiles, or AVX2 without VNNI) rather
-    than oneDNN's `_int_mm`; builds and loads the ops first. Raises RuntimeError as load() does."""
-    return amx_int8(folder) or avx2_int8(folder)
+    """Whether the int8 graph's GEMMs run a kernel of bertkit's here (AMX tiles, AVX512_VNNI on the
+    ops' threads, or AVX2 without VNNI) rather than oneDNN's `_int_mm`; builds and loads the ops first.
+    Raises RuntimeError as load() does."""
+    return amx_int8(folder) or vnni_int8(folder) or avx2_int8(folder)
 
 
 def short_attention(folder: Path) -> bool:

@@ -667,10 +667,37 @@ def test_the_ops_threads_spin_as_long_as_they_are_told_after_a_call(tmp_path, mo
     assert graph_gemm.spin_ms() is None
 
 
+def _cpuinfo_field(name: str) -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return ""
+
+
+@pytest.mark.skipif(not torch._C.has_mkl or not Path("/proc/cpuinfo").is_file(),
+                    reason="the ops' library calls MKL's packed GEMM (x86 builds of torch); the CPU read from /proc")
+def test_the_graphs_kernels_are_the_ops_own_where_the_vector_units_are_256_bits(tmp_path):
+    # The ops' rule, against the CPU as Linux describes it (not capped by ONEDNN_MAX_CPU_ISA): AVX2 and
+    # FMA without AMX, and either no AVX-512 or AMD's family 25 (Zen 4: AVX-512 on 256-bit units); the
+    # int8 op sums with VNNI only there, on CPUs with AVX512_VNNI, and quantises rows to 255 steps then.
+    flags = set(_cpuinfo_field("flags").split())
+    avx512, amx = "avx512f" in flags, "amx_int8" in flags and graph_gemm.amx_int8(tmp_path / "ops")
+    zen4 = _cpuinfo_field("vendor_id") == "AuthenticAMD" and _cpuinfo_field("cpu family") == "25" and avx512
+    team = {"avx2", "fma"} <= flags and not amx and (not avx512 or zen4)
+    assert graph_gemm.team_graphs(tmp_path / "ops") == team
+    vnni = team and avx512 and {"avx512_vnni", "avx512vl"} <= flags
+    assert graph_gemm.vnni_int8(tmp_path / "ops") == vnni
+    assert graph_gemm.row_steps(tmp_path / "ops") == (255 if vnni else 127)
+    assert graph_gemm.own_int8(tmp_path / "ops") == (amx or vnni or graph_gemm.avx2_int8(tmp_path / "ops"))
+
+
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
-def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cache, monkeypatch, one_thread):
-    # Where AVX2 is the widest vector unit the fp32 graph's encoder Linears are the AVX2 op (forced
-    # here on any x86 CPU with AVX2, as the class decides) and give the eager numbers; elsewhere none.
+def test_the_fp32_graph_calls_the_avx2_op_where_the_vector_units_are_256_bits(tiny_model_dir, cache, monkeypatch,
+                                                                              one_thread):
+    # Where the vector units are 256 bits wide (AVX2 only, a Zen 4) the fp32 graph's encoder Linears are
+    # the AVX2 op (forced here on any x86 CPU with AVX2, as the CPU decides) and give the eager numbers;
+    # elsewhere none.
     from bertkit.kernels import KernelOptions, graph_gemm
 
     if not graph_gemm.fma_usable(cache / "ops"):
@@ -678,7 +705,7 @@ def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cach
     # Compiled for two threads: the graph's own loops stay on the calling thread with the op (its
     # GEMMs and attention on the ops' team), OpenMP loops without it.
     model = BertModel.from_pretrained(tiny_model_dir, kernels=KernelOptions().replace(mkl_rows=0)).eval()
-    monkeypatch.setattr(graph_gemm, "fma_applies", lambda: True)
+    monkeypatch.setattr(graph_gemm, "team_graphs", lambda folder: True)
     torch.set_num_threads(2)
     runner = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
     assert runner.fma_gemm and not runner.mkl_gemm
@@ -690,7 +717,7 @@ def test_the_fp32_graph_calls_the_avx2_op_on_the_avx2_class(tiny_model_dir, cach
     assert runner.norm_op and _wrapper_source(runner.path).count(f"{graph_gemm.ADD_NORM_SHIM}(") == 1 + 2 * layers
     assert _layer_norm_loops(runner.path) == ["cpp_fused_add_embedding_native_layer_norm_0"]
     _assert_lone_inputs_give_the_eager_numbers(runner, model)
-    monkeypatch.setattr(graph_gemm, "fma_applies", lambda: False)
+    monkeypatch.setattr(graph_gemm, "team_graphs", lambda folder: False)
     plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64)
     torch.set_num_threads(1)
     assert not plain.fma_gemm and plain.path != runner.path
@@ -850,27 +877,39 @@ def test_the_int8_graph_calls_the_amx_op_and_computes_what_onednn_did(tiny_model
         torch.testing.assert_close(ours(ids, mask, zeros)[0], want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(not INT8_GRAPH or cpu_features().vnni, reason="the AVX2 int8 ops are for CPUs without VNNI or AMX")
+@pytest.mark.skipif(not INT8_GRAPH or cpu_features().amx, reason="the AVX2 and VNNI int8 ops are for CPUs without AMX")
 def test_the_int8_graph_on_avx2_calls_the_avx2_ops_on_the_ops_threads(tiny_model_dir, cache, one_thread):
     # Without VNNI the int8 graph compiles with bertkit's 7-bit AVX2 int8 op for every encoder Linear
     # (`seven_bit` False: the exact 8-bit one, another package), inductor's loops on the calling thread
     # (the GEMMs and the attention on the ops' Team), lone inputs at their own lengths; each computes
-    # what the per-token int8 model computes eagerly with the same op, and both stay near fp32.
+    # what the per-token int8 model computes eagerly with the same op, and both stay near fp32. On a
+    # Zen 4 the same op sums 8-bit rows with VNNI (`seven_bit` changes nothing there); on other CPUs
+    # with VNNI the graph keeps oneDNN's `_int_mm`.
     from bertkit.kernels import graph_gemm
 
+    vnni = cpu_features().vnni
+    if vnni and not graph_gemm.vnni_int8(cache / "ops"):
+        pytest.skip("with VNNI the graph takes bertkit's int8 op only where its kernels are the Team's (a Zen 4)")
     model = quantize_int8(BertModel.from_pretrained(tiny_model_dir).eval())
     ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8")
     eight = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "int8", seven_bit=False)
     assert ours.int8_gemm and ours.seven and ours.avx2_ops and ours.shapes_free and not ours.mkl_gemm and not ours.fma_gemm
-    assert eight.int8_gemm and not eight.seven and eight.avx2_ops and eight.path != ours.path
+    assert ours.vnni == vnni and ours.packs
+    if vnni:
+        assert eight.path == ours.path
+        eight = None
+    else:
+        assert eight.int8_gemm and not eight.seven and eight.avx2_ops and eight.path != ours.path
     layers = 1 + 4 * model.config.num_hidden_layers
     # the feed-forward intermediate's op applies the GELU as it stores its outputs: no GELU loop of inductor's
     assert _wrapper_source(ours.path).count(f"{graph_gemm.SEVEN_SHIM}(") == layers - model.config.num_hidden_layers
     assert _wrapper_source(ours.path).count(f"{graph_gemm.SEVEN_GELU_SHIM}(") == 1 + model.config.num_hidden_layers
-    assert "erf" not in _wrapper_source(ours.path, "kernel.cpp") and "erf" in _wrapper_source(eight.path, "kernel.cpp")
+    assert "erf" not in _wrapper_source(ours.path, "kernel.cpp")
     assert f"{graph_gemm.INT8_SHIM}(" not in _wrapper_source(ours.path)
-    assert _wrapper_source(eight.path).count(f"{graph_gemm.INT8_SHIM}(") == layers
-    for graph in (ours, eight):  # the blocks' residual + LayerNorm through the op in both
+    if eight is not None:
+        assert "erf" in _wrapper_source(eight.path, "kernel.cpp")
+        assert _wrapper_source(eight.path).count(f"{graph_gemm.INT8_SHIM}(") == layers
+    for graph in filter(None, (ours, eight)):  # the blocks' residual + LayerNorm through the op in both
         assert graph.norm_op and _wrapper_source(graph.path).count(f"{graph_gemm.ADD_NORM_SHIM}(") == 1 + 2 * model.config.num_hidden_layers
         assert len(_layer_norm_loops(graph.path)) == 1  # the embeddings'
     reference = int8_for_graph(model)
@@ -882,37 +921,41 @@ def test_the_int8_graph_on_avx2_calls_the_avx2_ops_on_the_ops_threads(tiny_model
         zeros = torch.zeros_like(ids)
         with torch.no_grad():
             exact = full(ids, mask, zeros).last_hidden_state
-            with graph_gemm.recording(mkl=False, seven=True):  # the 7-bit op, eagerly
+            with graph_gemm.recording(mkl=False, seven=True):  # the row-quantising op, eagerly
                 want = reference(ids, mask, zeros).last_hidden_state
             want_eight = reference(ids, mask, zeros).last_hidden_state
         got = ours(ids, mask, zeros)[0]
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(eight(ids, mask, zeros)[0], want_eight, atol=1e-4, rtol=1e-4)
+        if eight is not None:
+            torch.testing.assert_close(eight(ids, mask, zeros)[0], want_eight, atol=1e-4, rtol=1e-4)
         assert 0 < (got - want_eight).abs().max() and (got - exact).abs().max() < 0.1  # another scheme, still int8-close
 
 
 @pytest.mark.skipif(not INT8_GRAPH, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
     """bertkit_int8_linear_seven against its definition, in float64 from the same float32 steps: each
-    row's range [min(row, 0), max(row, 0)] over 127 steps, its zero point where 0 falls, the values
-    rounded half to even and offset (0-127), exact int32 sums with the int8 weight, the zero point
-    times the column's weight sum taken off, times the scales, plus the bias; for odd sizes, a zero
-    row, one-signed rows and every product at 127 x 127 (where 8-bit values would saturate the
-    AVX2 kernel's 16-bit pair sums); weights within +-64 (kernels/int8.py's 7-bit weights) take the
-    paired kernel, two pair sums added in int16, exact up to every product at 127 x 64, and one
-    weight of 65 keeps a pack off it; the GELU op is the exact GELU of the same."""
+    row's range [min(row, 0), max(row, 0)] over 127 steps (255 where it sums with VNNI: a Zen 4),
+    its zero point where 0 falls, the values rounded half to even and offset (0-127 / 0-255), exact
+    int32 sums with the int8 weight, the zero point times the column's weight sum taken off, times the
+    scales, plus the bias; for odd sizes, a zero row, one-signed rows and every product at its largest
+    (127 x 127, where 8-bit values would saturate the AVX2 kernel's 16-bit pair sums); weights within
+    +-64 (kernels/int8.py's 7-bit weights) take the paired kernel, two pair sums added in int16, exact
+    up to every product at 127 x 64, and one weight of 65 keeps a pack off it; the GELU op is the
+    exact GELU of the same."""
     from bertkit.kernels import graph_gemm
 
-    graph_gemm.load(tmp_path / "ops")
+    steps = graph_gemm.row_steps(tmp_path / "ops")
+    assert steps == (255 if graph_gemm.vnni_int8(tmp_path / "ops") else 127)
+    assert not graph_gemm.vnni_int8(tmp_path / "ops") or cpu_features().vnni
 
     def definition(x, weight, weight_scale, bias):
         lo, hi = x.amin(1, keepdim=True).clamp(max=0), x.amax(1, keepdim=True).clamp(min=0)
-        scale = (hi - lo) / 127.0
+        scale = (hi - lo) / steps
         scale = torch.where(scale > 0, scale, torch.ones_like(scale))
         inverse = 1.0 / scale
-        zero = torch.round(-lo * inverse).clamp(0, 127)
-        q = (torch.round(x * inverse) + zero).clamp(0, 127)
-        assert q.numel() == 0 or (q.min() >= 0 and q.max() <= 127)
+        zero = torch.round(-lo * inverse).clamp(0, steps)
+        q = (torch.round(x * inverse) + zero).clamp(0, steps)
+        assert q.numel() == 0 or (q.min() >= 0 and q.max() <= steps)
         sums = q.long() @ weight.long() - zero.long() * weight.long().sum(0)
         return sums.double() * scale.double() * weight_scale.double() + bias.double()
 
@@ -937,18 +980,18 @@ def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
                 torch.testing.assert_close(got[1], bias)
             gelu = graph_gemm.graph_int8_linear_seven(x, weight, weight_scale, bias, gelu=True)  # as it stores
             torch.testing.assert_close(gelu.double(), F.gelu(definition(x, weight, weight_scale, bias)), rtol=1e-5, atol=1e-4)
-    x = torch.full((4, 1536), 0.5)  # every value 127 after quantising
+    x = torch.full((4, 1536), 0.5)  # every value the top step after quantising
     weight = torch.full((1536, 40), 127, dtype=torch.int8)
     weight[::2, ::3] = -127
     ones = graph_gemm.graph_int8_linear_seven(x, weight, torch.ones(40), None)
-    torch.testing.assert_close(ones.double(), (127 * weight.long().sum(0)).double().expand(4, 40) * (0.5 / 127),
+    torch.testing.assert_close(ones.double(), (steps * weight.long().sum(0)).double().expand(4, 40) * (0.5 / steps),
                                rtol=1e-6, atol=0)  # the sums exact: only the float scale's rounding
     for top in (64, -64):  # paired: four products of 127 x +-64 in one int16, 32512 (the limit's edge)
         weight = torch.full((1536, 40), top, dtype=torch.int8)
         weight[::3, ::2] = -top
         assert graph_gemm.seven_pack(weight)[-64].item() == 1
         paired = graph_gemm.graph_int8_linear_seven(x, weight, torch.ones(40), None)
-        torch.testing.assert_close(paired.double(), (127 * weight.long().sum(0)).double().expand(4, 40) * (0.5 / 127),
+        torch.testing.assert_close(paired.double(), (steps * weight.long().sum(0)).double().expand(4, 40) * (0.5 / steps),
                                    rtol=1e-6, atol=0)
     weight[5, 7] = 65
     assert graph_gemm.seven_pack(weight)[-64].item() == 0
