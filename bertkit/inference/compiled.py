@@ -179,7 +179,7 @@ class GraphOps:
     """Which of bertkit's ops (kernels/graph_gemm.py) a compiled graph records: MKL's fp32 GEMM, the
     AVX2 / FMA fp32 GEMM, the int8 GEMM (its form that quantises the rows itself where `seven`: 7 bits,
     8 with VNNI), the attention op, the GEMM op's
-    GELU, the residual + LayerNorm op; `avx2_ops`: its GEMMs are the AVX2 ones (on the ops' threads)."""
+    GELU, the residual + LayerNorm op, the bf16 GEMM; `avx2_ops`: its GEMMs are the AVX2 ones (on the ops' threads)."""
 
     mkl_gemm: bool = False
     fma_gemm: bool = False
@@ -189,6 +189,7 @@ class GraphOps:
     attention_op: bool = False
     gelu_op: bool = False
     norm_op: bool = False
+    bf16_gemm: bool = False
 
 
 def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length: int, precision: str = "fp32",
@@ -202,10 +203,10 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "row int8 op" if seven
+             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "bf16 op" if ops.bf16_gemm else "row int8 op" if seven
              else "int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
-             "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op else None,
+             "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op or ops.bf16_gemm else None,
              "attention": "bertkit op" if attention_op else "sdpa",
              "loops": "calling thread" if (fma_gemm or ops.avx2_ops) and attention_op else "openmp",
              "gelu": "gemm op" if ops.gelu_op else "inductor's",
@@ -264,27 +265,30 @@ class CompiledLoneInput:
         # Zen 4: graph_gemm.team_graphs; oneDNN's is slower there)
         self.fma_gemm = gemm_ops and precision == "fp32" and not self.mkl_gemm and _fma_op_loaded(folder)
         self.int8_gemm = gemm_ops and precision == "int8" and _own_int8_op(folder)
+        # At bf16 on a Zen 4 with AVX512_BF16: bertkit's bf16 GEMM on the ops' threads (VDPBF16PS), where
+        # oneDNN's bf16 GEMMs were no faster than the fp32 graph at one request's rows
+        self.bf16_gemm = gemm_ops and precision == "bf16" and _bf16_op_loaded(folder)
         # On AVX2 without VNNI, activations of 7 bits (the op quantises each row): 1.4-1.5x the exact
         # 8-bit kernel's speed (kernels/graph_gemm.cpp); `seven_bit` False keeps the 8-bit op there.
         # With AVX512_VNNI on the ops' threads (a Zen 4) the same op quantises each row to 8 bits.
         self.vnni = self.int8_gemm and graph_gemm.vnni_int8(folder)
         self.seven = self.int8_gemm and not cpu_features().amx and (seven_bit or self.vnni)
         # The AVX2 GEMMs (fp32, and int8 without VNNI) run on the ops' own threads (graph_gemm.cpp, Team)
-        self.avx2_ops = self.fma_gemm or (self.int8_gemm and not cpu_features().amx)
+        self.avx2_ops = self.fma_gemm or (self.int8_gemm and not cpu_features().amx) or self.bf16_gemm
         # Their feed-forward intermediate applies the exact GELU as it stores its outputs, on the ops'
         # threads (inductor's GELU loop ran on the calling thread alone; `gelu_op` False keeps it)
-        self.gelu_op = gelu_op and (self.fma_gemm or self.seven)
+        self.gelu_op = gelu_op and (self.fma_gemm or self.seven or self.bf16_gemm)
         # ... and each block's residual + LayerNorm is an op of bertkit's on those threads too (inductor's
         # loop recomputed the row's 1 / sqrt(variance + eps) for every 8 values, on the calling thread alone)
         self.norm_op = norm_op and self.avx2_ops
         # With bertkit's AVX2 GEMMs nothing in the graph is made per row count (inductor's loops take
         # any length): a lone input goes at its own length rather than padded to a multiple of 8
         self.shapes_free = self.avx2_ops
-        self.attention_op = attention_op and uses_attention_op(precision, folder)
+        self.attention_op = attention_op and uses_attention_op(precision, folder, self.bf16_gemm)
         # The attention op reads the mask as segment ids, so the graph may take inputs packed in one
         # row; only where the GEMMs are bertkit's own too, which make nothing per row count (oneDNN's
         # would meet a new shape at almost every packed length)
-        self.packs = self.attention_op and (self.mkl_gemm or self.fma_gemm or self.int8_gemm) \
+        self.packs = self.attention_op and (self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.bf16_gemm) \
             and _keeps_inputs_apart(model)
         self.max_packed = PACKED_INPUTS
         # A classifier's logits come from pooled tokens: the graph takes their positions (one per
@@ -294,7 +298,7 @@ class CompiledLoneInput:
         self.max_batch = batch_limit(precision, model.config.hidden_size, self.int8_gemm)
         self.batch_dim = max(MIN_BATCH_DIM, self.max_batch)
         self.ops = GraphOps(self.mkl_gemm, self.fma_gemm, self.int8_gemm, self.seven, self.avx2_ops, self.attention_op,
-                            self.gelu_op, self.norm_op)
+                            self.gelu_op, self.norm_op, self.bf16_gemm)
         key = cache_key(model, self.output_names, max_length, precision, self.ops, self.batch_dim)
         self.path = folder / f"{type(model).__name__}-{precision}-{key}.pt2"
         self.compiled_now = False
@@ -342,12 +346,16 @@ class CompiledLoneInput:
             dynamic += ({0: torch.export.Dim("inputs", min=1, max=max(self.batch_dim, PACKED_INPUTS))},)
         wrapped = _Exported(model, self.output_names).eval()
         try:
-            recording = torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" \
-                else graph_gemm.recording(mkl=self.mkl_gemm, int8=self.int8_gemm and not self.seven,
-                                          attention=self.attention_op, fma=self.fma_gemm, seven=self.seven,
-                                          gelu=self.gelu_op, norm=self.norm_op) \
-                if self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op \
-                else contextlib.nullcontext()
+            recording = contextlib.ExitStack()
+            if self.precision == "bf16":
+                recording.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+            if self.bf16_gemm:
+                recording.enter_context(graph_gemm.recording(mkl=False, bf16=True, attention=self.attention_op,
+                                                             gelu=self.gelu_op, norm=self.norm_op))
+            elif self.precision != "bf16" and (self.mkl_gemm or self.fma_gemm or self.int8_gemm or self.attention_op):
+                recording.enter_context(graph_gemm.recording(
+                    mkl=self.mkl_gemm, int8=self.int8_gemm and not self.seven, attention=self.attention_op,
+                    fma=self.fma_gemm, seven=self.seven, gelu=self.gelu_op, norm=self.norm_op))
             # With the AVX2 ops every GEMM and attention runs on the ops' own threads, which never wait
             # for a sleeping one (graph_gemm.cpp, Team); inductor's loops stay on the calling thread
             # rather than wake libgomp's team (whose first region after a rest waits for its worker).
@@ -401,6 +409,12 @@ def _fma_op_loaded(folder: Path) -> bool:
     return _graph_op("the AVX2 GEMM op", lambda: graph_gemm.fma_usable(folder) and graph_gemm.team_graphs(folder))
 
 
+def _bf16_op_loaded(folder: Path) -> bool:
+    """The bf16 graph's GEMM op (kernels/graph_gemm.py) built, loaded and running its own kernel here
+    (`bf16_graphs`: a Zen 4 with AVX512_BF16)."""
+    return _graph_op("the bf16 GEMM op", lambda: graph_gemm.bf16_graphs(folder))
+
+
 def _amx_int8_op(folder: Path) -> bool:
     """The int8 graph's AMX GEMM op (kernels/graph_gemm.py) built, loaded and able to use the tiles."""
     return _graph_op("the AMX int8 GEMM op", lambda: graph_gemm.amx_int8(folder))
@@ -417,11 +431,12 @@ def _own_int8_op(folder: Path) -> bool:
     return _graph_op("the AVX2 int8 GEMM op", lambda: graph_gemm.avx2_int8(folder), instead="no int8 graph")
 
 
-def uses_attention_op(precision: str, folder: Path) -> bool:
+def uses_attention_op(precision: str, folder: Path, bf16_gemm: bool = False) -> bool:
     """Whether a graph of this precision records bertkit's attention op for short inputs
-    (kernels/graph_gemm.py): fp32 and int8 (whose attention is fp32) on CPUs with AVX-512 or AVX2
-    (its kernel for each), the op built and loaded into the cache folder `folder`."""
-    return precision in ("fp32", "int8") and \
+    (kernels/graph_gemm.py): fp32 and int8 (whose attention is fp32), and bf16 where its GEMMs are
+    bertkit's (`bf16_gemm`; its attention computed in fp32), on CPUs with AVX-512 or AVX2 (its kernel
+    for each), the op built and loaded into the cache folder `folder`."""
+    return (precision in ("fp32", "int8") or bf16_gemm) and \
         _graph_op("the attention op", lambda: graph_gemm.short_attention(folder), instead="torch's SDPA")
 
 

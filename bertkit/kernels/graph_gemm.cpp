@@ -620,6 +620,144 @@ at::Tensor fma_linear_packed(const at::Tensor& x, const at::Tensor& pack, int64_
   return fma_compute(Threads::torch, x, pack, n, bias, gelu);
 }
 
+// ---- bf16: the same panels summed with VDPBF16PS, for the bf16 graph where its kernels are the Team's
+//
+// The bf16 graph is recorded under autocast: its Linears take bf16 rows and weights and give bf16
+// outputs (fp32 sums of bf16 products, the bias added, rounded once). On a Zen 4 (team_graphs) with
+// AVX512_BF16 the weight (N, K) is packed once in panels of 16 output columns, each K / 2 lines of 16
+// pairs of K values; six input rows at a time broadcast one pair each and one VDPBF16PS per 8 columns
+// adds 16 products to the fp32 sums, twice an FMA's. The sums leave plus the bias, through the exact
+// GELU where asked (as oneDNN's GELU post-op applies it before rounding), rounded to bf16.
+
+bool bf16_usable() {
+  static const bool usable = team_graphs() && avx512_usable() && __builtin_cpu_supports("avx512bf16") &&
+                             __builtin_cpu_supports("avx512vl");
+  return usable;
+}
+
+std::mutex bf16_lock;
+std::unordered_map<const void*, Pack> bf16_packs;
+
+at::Tensor bf16_pack(const at::Tensor& w) {  // (N, K) bf16, K even -> [N/16][K/2][16][2], zero past the last column
+  int64_t n = w.size(0), k = w.size(1), np = padded(n, kPanel);
+  auto data = PackMemory::zeros(np * k * 2, at::kBFloat16);
+  uint16_t* d = reinterpret_cast<uint16_t*>(data.data_ptr());
+  auto values = w.contiguous();
+  const uint16_t* source = reinterpret_cast<const uint16_t*>(values.data_ptr());
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < k; ++i)
+      d[((j / kPanel) * (k / 2) + i / 2) * kPanel * 2 + (j % kPanel) * 2 + i % 2] = source[j * k + i];
+  return data;
+}
+
+#define BERTKIT_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+template <int R, bool Gelu>
+__attribute__((target("avx2,fma,avx512f,avx512vl,avx512bf16"))) void bf16_rows(
+    const uint16_t* x, int64_t ldx, const uint16_t* panel, int64_t k, const float* bias, uint16_t* y, int64_t ldy,
+    int64_t columns, const uint16_t* next, int64_t phase, int64_t stride) {
+  const __m256 bias_low = _mm256_loadu_ps(bias), bias_high = _mm256_loadu_ps(bias + 8);
+#define BERTKIT_START(r) __m256 low##r = bias_low, high##r = bias_high;
+  BERTKIT_ROWS(BERTKIT_START)
+  const int64_t lines = k / 2;  // a line: one pair of K values of the panel's 16 columns, 64 bytes
+  for (int64_t start = 0; start < lines; start += stride) {
+    if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kPanel * 2), _MM_HINT_T0);
+    const int64_t end = std::min(lines, start + stride);
+    for (int64_t i = start; i < end; ++i) {
+      const __m256bh b_low = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(panel + i * kPanel * 2));
+      const __m256bh b_high = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(panel + i * kPanel * 2 + 16));
+#define BERTKIT_DOT(r)                                                     \
+      if constexpr (r < R) {                                               \
+        int32_t pair;                                                      \
+        std::memcpy(&pair, x + r * ldx + 2 * i, sizeof(pair));             \
+        const __m256bh a = (__m256bh)_mm256_set1_epi32(pair);              \
+        low##r = _mm256_dpbf16_ps(low##r, a, b_low);                       \
+        high##r = _mm256_dpbf16_ps(high##r, a, b_high);                    \
+      }
+      BERTKIT_ROWS(BERTKIT_DOT)
+    }
+  }
+  alignas(32) uint16_t last[kPanel];  // the weight's last panel, fewer than 16 columns
+#define BERTKIT_STORE(r)                                                                         \
+  if constexpr (r < R) {                                                                         \
+    if constexpr (Gelu) {                                                                        \
+      low##r = gelu8(low##r);                                                                    \
+      high##r = gelu8(high##r);                                                                  \
+    }                                                                                            \
+    const __m128i out_low = (__m128i)_mm256_cvtneps_pbh(low##r), out_high = (__m128i)_mm256_cvtneps_pbh(high##r); \
+    if (columns == kPanel) {                                                                     \
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + r * ldy), out_low);                        \
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y + r * ldy + 8), out_high);                   \
+    } else {                                                                                     \
+      _mm_store_si128(reinterpret_cast<__m128i*>(last), out_low);                                \
+      _mm_store_si128(reinterpret_cast<__m128i*>(last + 8), out_high);                           \
+      std::memcpy(y + r * ldy, last, columns * sizeof(uint16_t));                                \
+    }                                                                                            \
+  }
+  BERTKIT_ROWS(BERTKIT_STORE)
+#undef BERTKIT_START
+#undef BERTKIT_DOT
+#undef BERTKIT_STORE
+}
+#undef BERTKIT_ROWS
+
+using Bf16Kernel = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, const float*, uint16_t*, int64_t, int64_t,
+                            const uint16_t*, int64_t, int64_t);
+constexpr Bf16Kernel kBf16Kernels[2][kFmaRows] = {
+    {&bf16_rows<1, false>, &bf16_rows<2, false>, &bf16_rows<3, false>, &bf16_rows<4, false>, &bf16_rows<5, false>, &bf16_rows<6, false>},
+    {&bf16_rows<1, true>, &bf16_rows<2, true>, &bf16_rows<3, true>, &bf16_rows<4, true>, &bf16_rows<5, true>, &bf16_rows<6, true>}};
+
+// bf16 x (..., K) times the bf16 weight (N, K) plus bias -> bf16 (..., N), the items on the Team (as
+// fma_compute); where the kernel cannot run (no AVX512_BF16, an odd K), autocast's Linear in ATen.
+at::Tensor bf16_linear_impl(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            bool gelu) {
+  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() && weight.dim() == 2 && x.size(-1) == weight.size(1),
+              "bertkit_bf16_linear: CPU rows and an (N, K) weight of the rows' K");
+  const bool has_bias = bias.has_value() && bias->defined();
+  auto input = x.to(at::kBFloat16).contiguous();
+  auto w = weight.to(at::kBFloat16);
+  int64_t k = input.size(-1), m = input.numel() / std::max<int64_t>(k, 1), n = w.size(0);
+  if (!bf16_usable() || k % 2 != 0 || m == 0 || n == 0 || !weight.is_contiguous() || weight.scalar_type() != at::kBFloat16) {
+    auto sums = at::linear(input.to(at::kFloat), w.to(at::kFloat), has_bias ? std::optional<at::Tensor>(bias->to(at::kBFloat16).to(at::kFloat)) : std::nullopt);
+    return (gelu ? at::gelu(sums) : sums).to(at::kBFloat16);
+  }
+  auto pack = pack_for<at::BFloat16>(bf16_packs, bf16_lock, weight, bf16_pack);
+  const int64_t panels = padded(n, kPanel) / kPanel;
+  std::vector<float> biases(panels * kPanel, 0.0f);  // padded to whole panels; the bias as autocast holds it, bf16
+  if (has_bias) {
+    TORCH_CHECK(bias->numel() == n, "bertkit_bf16_linear: a bias of one value per output");
+    auto values = bias->to(at::kBFloat16).to(at::kFloat).contiguous();
+    std::memcpy(biases.data(), values.data_ptr<float>(), n * sizeof(float));
+  }
+  auto sizes = input.sizes().vec();
+  sizes.back() = n;
+  auto y = at::empty({m, n}, input.options());
+  const uint16_t* a = reinterpret_cast<const uint16_t*>(input.data_ptr());
+  const uint16_t* b = reinterpret_cast<const uint16_t*>(pack.data_ptr());
+  uint16_t* c = reinterpret_cast<uint16_t*>(y.data_ptr());
+  const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
+  run_items(Threads::team, chunks * panels, [&](int64_t item, int64_t next) {
+    int64_t chunk = item / panels * kRowChunk, chunk_end = std::min(m, chunk + kRowChunk), p = item % panels;
+    int64_t column = p * kPanel, columns = std::min(kPanel, n - column);
+    const uint16_t* panel = b + p * k * kPanel;
+    const uint16_t* ahead = next >= 0 ? b + next % panels * k * kPanel : panel;
+    const int64_t blocks = (chunk_end - chunk + kFmaRows - 1) / kFmaRows;
+    for (int64_t r = chunk, phase = 0; r < chunk_end; r += kFmaRows, ++phase) {
+      int64_t rows = std::min(kFmaRows, chunk_end - r);
+      kBf16Kernels[gelu][rows - 1](a + r * k, k, panel, k, biases.data() + column, c + r * n + column, n, columns,
+                                   ahead, phase, blocks);
+    }
+  });
+  return y.view(sizes);
+}
+
+at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  return bf16_linear_impl(x, weight, bias, false);
+}
+
+at::Tensor bf16_linear_gelu(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  return bf16_linear_impl(x, weight, bias, true);
+}
+
 // ---- int8 on AMX tiles
 //
 // A tile holds 16 rows of 64 bytes. TDPBSSD adds A (16 rows x 64 int8 of K) times B (16 rows of
@@ -1809,6 +1947,7 @@ void set_team_spin(int64_t milliseconds) {
 bool amx_int8() { return amx_usable(); }
 bool avx2_int8() { return avx2_int8_usable(); }
 bool vnni_int8() { return vnni_int8_usable(); }
+bool bf16_graph() { return bf16_usable(); }
 int64_t int8_row_steps() { return row_steps(); }
 }  // namespace
 
@@ -1823,6 +1962,9 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_vnni_int8() -> bool", &vnni_int8);  // whether bertkit_int8_linear_seven sums with VNNI here
   m.def("bertkit_int8_row_steps() -> int", &int8_row_steps);  // the steps it quantises a row to (127 or 255)
   m.def("bertkit_team_graphs() -> bool", &team_graphs);  // whether the graphs' GEMMs are the Team's kernels here
+  m.def("bertkit_bf16_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("bertkit_bf16_linear_gelu(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  m.def("bertkit_bf16_usable() -> bool", &bf16_graph);  // whether bertkit_bf16_linear runs its own kernel here
   m.def("bertkit_int8_linear_seven(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_int8_linear_seven_gelu(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias) -> Tensor");
   m.def("bertkit_seven_pack(Tensor weight) -> Tensor");
@@ -1841,6 +1983,8 @@ TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_mkl_linear", &mkl_linear);
   m.impl("bertkit_fma_linear", &fma_linear);
   m.impl("bertkit_fma_linear_gelu", &fma_linear_gelu);
+  m.impl("bertkit_bf16_linear", &bf16_linear);
+  m.impl("bertkit_bf16_linear_gelu", &bf16_linear_gelu);
   m.impl("bertkit_int8_linear", &int8_linear);
   m.impl("bertkit_int8_linear_seven", &int8_linear_seven);
   m.impl("bertkit_int8_linear_seven_gelu", &int8_linear_seven_gelu);
@@ -1876,6 +2020,14 @@ BERTKIT_SHIM SHIM_FMA(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHan
 
 BERTKIT_SHIM SHIM_FMA_GELU(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(fma_linear_gelu(of(x), of(weight), of(bias)), ret0); });
+}
+
+BERTKIT_SHIM SHIM_BF16_LINEAR(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(bf16_linear(of(x), of(weight), of(bias)), ret0); });
+}
+
+BERTKIT_SHIM SHIM_BF16_GELU(AtenTensorHandle x, AtenTensorHandle weight, AtenTensorHandle* bias, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ give(bf16_linear_gelu(of(x), of(weight), of(bias)), ret0); });
 }
 
 BERTKIT_SHIM SHIM_INT8(AtenTensorHandle q, AtenTensorHandle row_scale, AtenTensorHandle weight,

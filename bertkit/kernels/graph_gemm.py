@@ -24,6 +24,14 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   --weights model). On a Zen 4 the fp32 graph with it took one all-MiniLM-L6-v2 input of 8-64 tokens
   in 9.6 ms against 15.1 with oneDNN's AVX-512 GEMMs (ONNX Runtime 9.7; benchmarks/bench_engines.py,
   docs/speed.md). Without AVX2 and FMA it is F.linear.
+* `bertkit::bertkit_bf16_linear(x, weight, bias)` (and `_gelu`), the Linears of the bf16 graph (recorded
+  under autocast: bf16 rows and weights, a bf16 output) on a Zen 4 with AVX512_BF16 (`bf16_graphs`):
+  the same panels of 16 columns in bf16, each step a pair of K values broadcast from a row and one
+  VDPBF16PS per 8 columns (16 products into fp32 sums, twice an FMA's), plus the bias, through the
+  exact GELU where asked, rounded to bf16 once, as autocast's Linear and oneDNN's GELU post-op give.
+  There the bf16 graph's attention and residual + LayerNorm are the fp32 ops below (on its bf16
+  projections, as autocast computes the LayerNorm in fp32). oneDNN's bf16 GEMMs at one request's row
+  counts were no faster there than the fp32 graph's.
 * `bertkit::bertkit_int8_linear(q, row_scale, weight, weight_scale, bias)`, the per-token int8
   Linears of the int8 graph (kernels/int8.RowInt8Linear) on CPUs with AMX: the int8 products summed
   on AMX tiles (TDPBSSD, exact int32 sums as oneDNN's `_int_mm` gives), the row's and the column's
@@ -123,6 +131,13 @@ FMA_GELU_SHIM = "aoti_torch_cpu_bertkit_fma_linear_gelu"
 FMA_GELU_SHIM_DECLARATION = FMA_SHIM_DECLARATION.replace(FMA_SHIM, FMA_GELU_SHIM)
 SEVEN_GELU_SHIM = "aoti_torch_cpu_bertkit_int8_linear_seven_gelu"
 SEVEN_GELU_SHIM_DECLARATION = SEVEN_SHIM_DECLARATION.replace(SEVEN_SHIM, SEVEN_GELU_SHIM)
+# the bf16 graph's Linears (under autocast: bf16 rows and weights, bf16 outputs), plain and through the GELU
+BF16_OP = "bertkit::bertkit_bf16_linear"
+BF16_GELU_OP = "bertkit::bertkit_bf16_linear_gelu"
+BF16_SHIM = "aoti_torch_cpu_bertkit_bf16_linear"
+BF16_SHIM_DECLARATION = FMA_SHIM_DECLARATION.replace(FMA_SHIM, BF16_SHIM)
+BF16_GELU_SHIM = "aoti_torch_cpu_bertkit_bf16_linear_gelu"
+BF16_GELU_SHIM_DECLARATION = FMA_SHIM_DECLARATION.replace(FMA_SHIM, BF16_GELU_SHIM)
 ATTENTION_OP = "bertkit::bertkit_attention"
 ATTENTION_SHIM = "aoti_torch_cpu_bertkit_attention"
 ATTENTION_SHIM_DECLARATION = (f"AOTITorchError {ATTENTION_SHIM}(AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
@@ -153,6 +168,7 @@ def cache_dir() -> Path:
 def source_text() -> str:
     text = SOURCE_FILE.read_text(encoding="utf-8")
     text = text.replace("SHIM_FMA_GELU", FMA_GELU_SHIM).replace("SHIM_SEVEN_GELU", SEVEN_GELU_SHIM)  # before their prefixes
+    text = text.replace("SHIM_BF16_LINEAR", BF16_SHIM).replace("SHIM_BF16_GELU", BF16_GELU_SHIM)
     return text.replace("SHIM_MKL", SHIM).replace("SHIM_FMA", FMA_SHIM).replace("SHIM_INT8", INT8_SHIM) \
         .replace("SHIM_SEVEN", SEVEN_SHIM).replace("SHIM_ATTENTION", ATTENTION_SHIM).replace("SHIM_ADD_NORM", ADD_NORM_SHIM)
 
@@ -311,6 +327,14 @@ def _register_fake() -> None:
     def _(x, weight, weight_scale, bias):
         return x.new_empty(x.shape[0], weight.shape[1])
 
+    @torch.library.register_fake(BF16_OP)
+    def _(x, weight, bias):
+        return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=torch.bfloat16)
+
+    @torch.library.register_fake(BF16_GELU_OP)
+    def _(x, weight, bias):
+        return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=torch.bfloat16)
+
     @torch.library.register_fake(ATTENTION_OP)
     def _(q, k, v, mask, heads):
         return q.new_empty(q.shape)
@@ -322,39 +346,47 @@ def _register_fake() -> None:
 
 @contextlib.contextmanager
 def recording(mkl: bool = True, int8: bool = False, attention: bool = False, fma: bool = False, seven: bool = False,
-              gelu: bool = True, norm: bool = False):
+              gelu: bool = True, norm: bool = False, bf16: bool = False):
     """While a model is exported inside this block, its fp32 Linears (kernels.linear) record the MKL
     op when `mkl`, the AVX2 / FMA op when `fma`, its per-token int8 Linears (kernels/int8.RowInt8Linear) the int8 op when `int8`,
     the 7-bit int8 op (their rows quantised by the op) when `seven` (with `gelu`, a feed-forward
     intermediate the AVX2 / FMA or 7-bit op that applies the GELU itself, else inductor's GELU after it),
     its fp32 padded attention (kernels/layout.Padded) the attention op when `attention`, its residual +
-    LayerNorm blocks (kernels/norm.add_norm) the residual + LayerNorm op when `norm` (load() first);
-    inductor is told to call them through their C functions."""
+    LayerNorm blocks (kernels/norm.add_norm) the residual + LayerNorm op when `norm`, and under bf16
+    autocast its Linears the bf16 op when `bf16` (load() first); inductor is told to call them through
+    their C functions."""
     import torch._inductor.config as inductor_config
 
     ops = torch.ops.bertkit
     shims = {op.default: [declaration] for op, declaration, used in (
         (ops.bertkit_mkl_linear, SHIM_DECLARATION, mkl), (ops.bertkit_fma_linear, FMA_SHIM_DECLARATION, fma),
         (ops.bertkit_fma_linear_gelu, FMA_GELU_SHIM_DECLARATION, fma and gelu),
+        (ops.bertkit_bf16_linear, BF16_SHIM_DECLARATION, bf16),
+        (ops.bertkit_bf16_linear_gelu, BF16_GELU_SHIM_DECLARATION, bf16 and gelu),
         (ops.bertkit_int8_linear, INT8_SHIM_DECLARATION, int8),
         (ops.bertkit_int8_linear_seven, SEVEN_SHIM_DECLARATION, seven),
         (ops.bertkit_int8_linear_seven_gelu, SEVEN_GELU_SHIM_DECLARATION, seven and gelu),
         (ops.bertkit_attention, ATTENTION_SHIM_DECLARATION, attention),
         (ops.bertkit_add_norm, ADD_NORM_SHIM_DECLARATION, norm)) if used}
     _recording.mkl, _recording.fma, _recording.int8, _recording.attention = mkl, fma, int8, attention
-    _recording.seven, _recording.gelu, _recording.norm = seven, gelu, norm
+    _recording.seven, _recording.gelu, _recording.norm, _recording.bf16 = seven, gelu, norm, bf16
     try:
         with inductor_config.patch({"aot_inductor.custom_ops_to_c_shims": shims}):
             yield
     finally:
         _recording.mkl = _recording.fma = _recording.int8 = _recording.attention = _recording.seven = False
-        _recording.norm = False
+        _recording.norm = _recording.bf16 = False
         _recording.gelu = True
 
 
 def is_recording() -> bool:
     """Inside `recording(mkl=True)` or `recording(fma=True)`: fp32 Linears record a GEMM op of bertkit's."""
     return getattr(_recording, "mkl", False) or getattr(_recording, "fma", False)
+
+
+def is_recording_bf16() -> bool:
+    """Inside `recording(bf16=True)`: Linears under bf16 autocast record the bf16 op."""
+    return getattr(_recording, "bf16", False)
 
 
 def is_recording_int8() -> bool:
@@ -442,6 +474,26 @@ def graph_linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     if getattr(_recording, "fma", False) and getattr(_recording, "gelu", True):
         return torch.ops.bertkit.bertkit_fma_linear_gelu(x, weight, bias)
     return F.gelu(graph_linear(x, weight, bias))
+
+
+def graph_linear_bf16(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                      gelu: bool = False) -> torch.Tensor:
+    """The bf16 op being recorded (`recording(bf16=True)`), for a Linear under bf16 autocast: bf16
+    operands as autocast makes them, a bf16 output; with `gelu` (and the recording's `gelu`) the exact
+    GELU applied to the sums before rounding, as oneDNN's GELU post-op does in the eager bf16 path."""
+    operands = (x.to(torch.bfloat16), weight.to(torch.bfloat16), None if bias is None else bias.to(torch.bfloat16))
+    if gelu and getattr(_recording, "gelu", True):
+        return torch.ops.bertkit.bertkit_bf16_linear_gelu(*operands)
+    out = torch.ops.bertkit.bertkit_bf16_linear(*operands)
+    return F.gelu(out) if gelu else out
+
+
+def bf16_graphs(folder: Path) -> bool:
+    """Whether the bf16 graph's Linears are bertkit's bf16 op here: its kernels are the Team's
+    (`team_graphs`: a Zen 4) and the CPU has AVX512_BF16; builds and loads the ops first. Raises
+    RuntimeError as load() does."""
+    load(folder)
+    return bool(torch.ops.bertkit.bertkit_bf16_usable())
 
 
 def fma_pack(weight: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .attention import attention, packed_attention
-from .graph_gemm import eager_attention, eager_ops, graph_attention, is_recording_attention
+from .graph_gemm import eager_attention, eager_ops, graph_attention, is_recording_attention, is_recording_bf16
 from .options import PROCESS_DEFAULT, KernelOptions, exporting
 
 
@@ -48,9 +48,13 @@ class Padded:
         """(B, T, H) query, key, value -> (B, T, H) context."""
         B, T, H = q.shape
         if is_recording_attention() and exporting() and not self.causal and dropout_p == 0.0 \
-                and q.dtype == torch.float32 and (self.segments is not None or self.mask is None):
+                and (q.dtype == torch.float32 or (q.dtype == torch.bfloat16 and is_recording_bf16())) \
+                and (self.segments is not None or self.mask is None):
             # a graph compiled ahead (graph_gemm.py): the mask's values are segment ids, so that
-            # inputs packed one after another in a row attend each within itself
+            # inputs packed one after another in a row attend each within itself; the bf16 graph's
+            # projections are bf16, its attention computed in fp32 and rounded back
+            if q.dtype == torch.bfloat16:
+                return graph_attention(q.float(), k.float(), v.float(), self.segments, heads).to(q.dtype)
             return graph_attention(q, k, v, self.segments, heads)
         if self.mask is None and self.attention_op_applies(q, dropout_p):  # no padding: one sequence a row
             return eager_attention(q, k, v, None, heads)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .graph_gemm import graph_linear, graph_linear_gelu, is_recording
+from .graph_gemm import graph_linear, graph_linear_bf16, graph_linear_gelu, is_recording, is_recording_bf16
 from .options import PROCESS_DEFAULT, HoldsKernelOptions, KernelOptions, exporting
 from .packed import bf16_autocast_inference as _bf16_autocast_inference
 from .packed import packed_linear, packing_applies
@@ -85,6 +85,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     than F.linear's addmm route.
     """
     mode = options.onednn_linear
+    if is_recording_bf16() and exporting() and torch.is_autocast_enabled("cpu"):  # the bf16 graph's op (graph_gemm.py)
+        return graph_linear_bf16(x, weight, bias)
     if not _onednn_applies(x, mode):
         if is_recording() and exporting() and x.dtype == weight.dtype == torch.float32 \
                 and not torch.is_autocast_enabled("cpu"):  # a graph compiled ahead with MKL's GEMM (graph_gemm.py)
@@ -113,6 +115,8 @@ def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if is_recording() and exporting() and x.dtype == weight.dtype == torch.float32 \
             and not torch.is_autocast_enabled("cpu"):  # a graph compiled ahead: its GEMM op's own GELU where it has one
         return graph_linear_gelu(x, weight, bias)
+    if is_recording_bf16() and exporting() and torch.is_autocast_enabled("cpu"):
+        return graph_linear_bf16(x, weight, bias, gelu=True)
     if not exporting() and options.fused_gelu and not torch.is_grad_enabled() and x.device.type == "cpu" \
             and x.numel() and onednn_available():
         if torch.is_autocast_enabled("cpu"):

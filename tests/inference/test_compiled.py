@@ -392,9 +392,48 @@ def test_bf16_compiles_under_autocast_and_gives_the_eager_bf16_numbers(tiny_mode
             assert 0 < bf16_error < 0.1  # eager bf16 differs from fp32 in bf16's digits: the test can tell
             assert (got - exact).abs().max().item() < 2 * bf16_error + 1e-2
             assert not torch.equal(got, exact)  # computed in bf16, not fp32
-    assert [shape[0] for shape in calls] == [1] * len(TEXTS) + [3]
-    fast.forward(fast.encode(TEXTS + TEXTS[:1]))  # five inputs: past the limit, the eager model
+    if fast._compiled.packs:  # bertkit's bf16 GEMM (a Zen 4): a few inputs go as one row of their tokens
+        assert fast._compiled.bf16_gemm and [shape[0] for shape in calls] == [1] * (len(TEXTS) + 1)
+        fast.forward(fast.encode(TEXTS * 2 + TEXTS[:1]))  # nine inputs: past the packed limit, the eager model
+    else:
+        assert [shape[0] for shape in calls] == [1] * len(TEXTS) + [3]
+        fast.forward(fast.encode(TEXTS + TEXTS[:1]))  # five inputs: past the limit, the eager model
     assert len(calls) == len(TEXTS) + 1
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_bf16_graph_calls_the_bf16_op_where_it_runs_its_kernel(tiny_model_dir, cache, one_thread):
+    # On a Zen 4 with AVX512_BF16 the bf16 graph's encoder Linears are bertkit's bf16 op (the feed-forward
+    # intermediate's through the GELU), its attention and residual + LayerNorm bertkit's fp32 ops, its
+    # loops on the calling thread; lone inputs give what the oneDNN graph gives within bf16's rounding.
+    from bertkit.kernels import graph_gemm
+
+    if not graph_gemm.bf16_graphs(cache / "ops"):
+        pytest.skip("bertkit's bf16 GEMM runs where the graphs' kernels are the Team's and the CPU has AVX512_BF16")
+    model = BertModel.from_pretrained(tiny_model_dir).eval()
+    torch.set_num_threads(2)
+    ours = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "bf16")
+    plain = compiled_module.CompiledLoneInput(model, ("last_hidden_state",), 64, "bf16", gemm_ops=False)
+    torch.set_num_threads(1)
+    assert ours.bf16_gemm and ours.attention_op and ours.norm_op and ours.gelu_op and ours.packs
+    assert not plain.bf16_gemm and not plain.attention_op and plain.path != ours.path
+    layers = model.config.num_hidden_layers
+    wrapper = _wrapper_source(ours.path)
+    assert wrapper.count(f"{graph_gemm.BF16_SHIM}(") == 1 + 3 * layers  # (1: its declaration)
+    assert wrapper.count(f"{graph_gemm.BF16_GELU_SHIM}(") == 1 + layers
+    assert wrapper.count(f"{graph_gemm.ATTENTION_SHIM}(") == 1 + layers
+    assert wrapper.count(f"{graph_gemm.ADD_NORM_SHIM}(") == 1 + 2 * layers
+    assert f"{graph_gemm.BF16_SHIM}(" not in _wrapper_source(plain.path)
+    assert "#pragma omp" not in _wrapper_source(ours.path, "kernel.cpp")
+    torch.manual_seed(0)
+    for length in (3, 29, 64):
+        ids = torch.randint(1000, 5000, (1, length))
+        mask, zeros = torch.ones_like(ids), torch.zeros_like(ids)
+        with torch.no_grad():
+            exact = model(ids, mask, zeros).last_hidden_state
+        got, onednn = ours(ids, mask, zeros)[0].float(), plain(ids, mask, zeros)[0].float()
+        bf16_error = (onednn - exact).abs().max().item()
+        assert 0 < bf16_error < 0.1 and (got - exact).abs().max().item() < 2 * bf16_error + 1e-2
 
 
 def test_compile_refuses_a_model_object_and_a_ready_engine(tiny_model_dir):
@@ -995,6 +1034,38 @@ def test_the_seven_bit_int8_op_is_its_definition(tmp_path):
                                    rtol=1e-6, atol=0)
     weight[5, 7] = 65
     assert graph_gemm.seven_pack(weight)[-64].item() == 0
+
+
+@pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
+def test_the_bf16_op_is_autocasts_linear(tmp_path):
+    """bertkit_bf16_linear against autocast's Linear: fp32 sums of the bf16 products plus the bf16 bias,
+    rounded to bf16 once (the sums' order may move a value by one bf16 step); through the exact GELU
+    before rounding for the GELU op; for widths that are not whole panels, row counts that are not whole
+    register blocks and an odd K (ATen's route), and following a changed weight. Its own kernel where
+    the graphs' kernels are the Team's and the CPU has AVX512_BF16 (a Zen 4), ATen's elsewhere."""
+    from bertkit.kernels import graph_gemm
+
+    assert graph_gemm.bf16_graphs(tmp_path / "ops") == (graph_gemm.team_graphs(tmp_path / "ops") and cpu_features().bf16)
+    torch.manual_seed(0)
+    kept = []
+    for m, k, n in ((1, 384, 384), (6, 384, 1152), (40, 1536, 384), (13, 768, 3072), (7, 100, 50), (3, 6, 17),
+                    (5, 7, 9), (0, 64, 64)):
+        x, weight, bias = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16(), torch.randn(n).bfloat16()
+        kept.append(weight)
+        sums = x.double() @ weight.double().T + bias.double()
+        for op, want in ((torch.ops.bertkit.bertkit_bf16_linear, sums),
+                         (torch.ops.bertkit.bertkit_bf16_linear_gelu, F.gelu(sums))):
+            got = op(x, weight, bias)
+            assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+            # within one bf16 step (2^-7 relative) of the exact value rounded: the fp32 sums' order
+            step = want.abs().clamp(min=1e-3) * 2.0 ** -7
+            assert ((got.double() - want).abs() <= step * 1.01 + 1e-6).all()
+        assert torch.equal(torch.ops.bertkit.bertkit_bf16_linear(x, weight, None).double(),
+                           torch.ops.bertkit.bertkit_bf16_linear(x, weight, torch.zeros(n).bfloat16()).double())
+    x, weight = torch.randn(4, 384).bfloat16(), kept[0]
+    before = torch.ops.bertkit.bertkit_bf16_linear(x, weight, None)
+    weight.neg_()  # the same address, new values: packed again
+    torch.testing.assert_close(torch.ops.bertkit.bertkit_bf16_linear(x, weight, None), -before, atol=0, rtol=0)
 
 
 def _attention_formula(q, k, v, segments, heads):
