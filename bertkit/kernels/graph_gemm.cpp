@@ -445,7 +445,8 @@ bool amx_usable();
 // without AMX), their attention and their own loops too: CPUs whose vector units are 256 bits wide,
 // AVX2 without AVX-512 or AMD's Zen 4. There oneDNN's GEMMs ran at about half the FMA peak at one
 // request's row counts: on a Zen 4, one all-MiniLM-L6-v2 input of 8-64 tokens through the fp32 graph
-// 10.7 ms with these kernels against 15.1 with oneDNN's AVX-512 ones (docs/speed.md). Intel's
+// 9.6 ms with these kernels against 15.1 with oneDNN's AVX-512 ones (two runs, ONNX Runtime 9.7 in
+// both; docs/speed.md). Intel's
 // AVX-512 CPUs and later AMD ones (full 512-bit units) keep oneDNN's (MKL's, AMX) kernels, unmeasured.
 bool team_graphs() {
   static const bool team = fma_usable() && !amx_usable() && (!avx512_usable() || amd_zen4());
@@ -716,8 +717,11 @@ at::Tensor bf16_linear_impl(const at::Tensor& x, const at::Tensor& weight, const
   auto input = x.to(at::kBFloat16).contiguous();
   auto w = weight.to(at::kBFloat16);
   int64_t k = input.size(-1), m = input.numel() / std::max<int64_t>(k, 1), n = w.size(0);
-  if (!bf16_usable() || k % 2 != 0 || m == 0 || n == 0 || !weight.is_contiguous() || weight.scalar_type() != at::kBFloat16) {
-    auto sums = at::linear(input.to(at::kFloat), w.to(at::kFloat), has_bias ? std::optional<at::Tensor>(bias->to(at::kBFloat16).to(at::kFloat)) : std::nullopt);
+  if (!bf16_usable() || k % 2 != 0 || m == 0 || n == 0 || !weight.is_contiguous() ||
+      weight.scalar_type() != at::kBFloat16) {  // the same arithmetic in ATen
+    std::optional<at::Tensor> sums_bias;
+    if (has_bias) sums_bias = bias->to(at::kBFloat16).to(at::kFloat);
+    auto sums = at::linear(input.to(at::kFloat), w.to(at::kFloat), sums_bias);
     return (gelu ? at::gelu(sums) : sums).to(at::kBFloat16);
   }
   auto pack = pack_for<at::BFloat16>(bf16_packs, bf16_lock, weight, bf16_pack);
