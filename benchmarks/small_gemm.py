@@ -94,11 +94,10 @@ def _amx_op() -> bool:
 
 
 def _fma_op() -> bool:
-    from bertkit.device import cpu_features
     from bertkit.inference.compiled import cache_dir
     from bertkit.kernels import graph_gemm
     try:
-        return cpu_features().cpu_class == "avx2" and graph_gemm.fma_usable(cache_dir())
+        return graph_gemm.fma_usable(cache_dir()) and graph_gemm.team_graphs(cache_dir())  # avx2 class, Zen 4
     except RuntimeError as e:  # no compiler
         print(f"no AVX2 / FMA op: {e}", file=sys.stderr)
         return False
@@ -200,7 +199,7 @@ def kernel(name: str, weights, biases, threads: int):
     if name == "fp32 oneDNN packed":
         packs = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
         return lambda xs: [linear(xs[k], p, b, "none", [], "") for k, p, b in zip(widths, packs, biases)]
-    if name == "fp32 bertkit AVX2 op":  # the compiled fp32 graph's GEMMs on the avx2 class (graph_gemm.py)
+    if name == "fp32 bertkit AVX2 op":  # the compiled fp32 graph's GEMMs on the avx2 class and Zen 4 (graph_gemm.py)
         from bertkit.inference.compiled import cache_dir
         from bertkit.kernels import graph_gemm
         graph_gemm.load(cache_dir())  # built by available_kernels() in the parent
