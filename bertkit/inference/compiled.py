@@ -203,10 +203,11 @@ def cache_key(model: torch.nn.Module, output_names: tuple[str, ...], max_length:
              "threads": torch.get_num_threads(), "model": type(model).__name__,
              "config": model.config.to_dict() if hasattr(model.config, "to_dict") else repr(model.config),
              "outputs": list(output_names), "max_length": max_length, "precision": precision,
-             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "bf16 op" if ops.bf16_gemm else "row int8 op" if seven
-             else "int8 op" if int8_gemm else "inductor's",
+             "gemm": "mkl op" if mkl_gemm else "fma op" if fma_gemm else "bf16 op" if ops.bf16_gemm
+             else "row int8 op" if seven else "int8 op" if int8_gemm else "inductor's",
              # the ops' library (its name holds its source's hash): a package calls its C functions
-             "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op or ops.bf16_gemm else None,
+             "ops": graph_gemm.loaded_name() if mkl_gemm or fma_gemm or int8_gemm or attention_op or ops.bf16_gemm
+             else None,
              "attention": "bertkit op" if attention_op else "sdpa",
              "loops": "calling thread" if (fma_gemm or ops.avx2_ops) and attention_op else "openmp",
              "gelu": "gemm op" if ops.gelu_op else "inductor's",

@@ -661,7 +661,8 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bf16"))) void bf16_rows(
   BERTKIT_ROWS(BERTKIT_START)
   const int64_t lines = k / 2;  // a line: one pair of K values of the panel's 16 columns, 64 bytes
   for (int64_t start = 0; start < lines; start += stride) {
-    if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kPanel * 2), _MM_HINT_T0);
+    if (start + phase < lines)
+      _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kPanel * 2), _MM_HINT_T0);
     const int64_t end = std::min(lines, start + stride);
     for (int64_t i = start; i < end; ++i) {
       const __m256bh b_low = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(panel + i * kPanel * 2));
@@ -704,8 +705,10 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512bf16"))) void bf16_rows(
 using Bf16Kernel = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, const float*, uint16_t*, int64_t, int64_t,
                             const uint16_t*, int64_t, int64_t);
 constexpr Bf16Kernel kBf16Kernels[2][kFmaRows] = {
-    {&bf16_rows<1, false>, &bf16_rows<2, false>, &bf16_rows<3, false>, &bf16_rows<4, false>, &bf16_rows<5, false>, &bf16_rows<6, false>},
-    {&bf16_rows<1, true>, &bf16_rows<2, true>, &bf16_rows<3, true>, &bf16_rows<4, true>, &bf16_rows<5, true>, &bf16_rows<6, true>}};
+    {&bf16_rows<1, false>, &bf16_rows<2, false>, &bf16_rows<3, false>, &bf16_rows<4, false>, &bf16_rows<5, false>,
+     &bf16_rows<6, false>},
+    {&bf16_rows<1, true>, &bf16_rows<2, true>, &bf16_rows<3, true>, &bf16_rows<4, true>, &bf16_rows<5, true>,
+     &bf16_rows<6, true>}};
 
 // bf16 x (..., K) times the bf16 weight (N, K) plus bias -> bf16 (..., N), the items on the Team (as
 // fma_compute); where the kernel cannot run (no AVX512_BF16, an odd K), autocast's Linear in ATen.
@@ -1173,10 +1176,11 @@ void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
     const int64_t passes = (chunk_end - chunk + kInt8Rows - 1) / kInt8Rows;
     for (int64_t r = chunk, phase = 0; r < chunk_end; r += kInt8Rows, ++phase) {
       int64_t rows = std::min(kInt8Rows, chunk_end - r);
-      kInt8Kernels[p.zero == nullptr ? 0 : vnni_int8_usable() ? 3 : p.paired ? 2 : 1][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r,
-                                                p.weight_scale + column, p.bias ? p.bias + column : nullptr,
-                                                p.y + r * p.n + column, p.n, columns, p.zero ? p.zero + r : nullptr,
-                                                p.column_sums ? p.column_sums + column : nullptr, ahead, phase, passes);
+      const int mode = p.zero == nullptr ? 0 : vnni_int8_usable() ? 3 : p.paired ? 2 : 1;
+      kInt8Kernels[mode][rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r, p.weight_scale + column,
+                                   p.bias ? p.bias + column : nullptr, p.y + r * p.n + column, p.n, columns,
+                                   p.zero ? p.zero + r : nullptr, p.column_sums ? p.column_sums + column : nullptr,
+                                   ahead, phase, passes);
     }
     if (p.gelu)
       for (int64_t r = chunk; r < chunk_end; ++r) gelu_columns(p.y + r * p.n + column, columns);

@@ -69,8 +69,9 @@ and the attention op too (`KernelOptions.packed_weights` "bertkit", `attention_o
   (benchmarks/compiled_gemm_ab.py --op norm).
 
 The AVX2 GEMM op, and the attention op where it runs its AVX2 kernel or the graphs' kernels are these
-(`team_graphs`), share their work on threads of their own (`Team` in graph_gemm.cpp), not torch's OpenMP team, and the graph that records them keeps
-inductor's own loops on the calling thread (compiled.py). libgomp splits a region evenly and waits
+(`team_graphs`), share their work on threads of their own (`Team` in graph_gemm.cpp), not torch's
+OpenMP team, and the graph that records them keeps inductor's own loops on the calling thread
+(compiled.py). libgomp splits a region evenly and waits
 at its end for every thread, so the first regions of a lone request after a rest wait for a worker
 that went to sleep; on the Team the caller and the workers claim items one at a time and the caller
 waits only for items already claimed. On an AMD EPYC Zen 3, one all-MiniLM-L6-v2 input alternated
