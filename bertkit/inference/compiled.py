@@ -178,8 +178,8 @@ def batch_limit(precision: str, hidden_size: int, amx_int8_gemm: bool = False) -
 class GraphOps:
     """Which of bertkit's ops (kernels/graph_gemm.py) a compiled graph records: MKL's fp32 GEMM, the
     AVX2 / FMA fp32 GEMM, the int8 GEMM (its form that quantises the rows itself where `seven`: 7 bits,
-    8 with VNNI), the attention op, the GEMM op's
-    GELU, the residual + LayerNorm op, the bf16 GEMM; `avx2_ops`: its GEMMs are the AVX2 ones (on the ops' threads)."""
+    8 with VNNI), the attention op, the GEMM op's GELU, the residual + LayerNorm op, the bf16 GEMM;
+    `avx2_ops`: its GEMMs are the Team's 256-bit ones (on the ops' threads)."""
 
     mkl_gemm: bool = False
     fma_gemm: bool = False

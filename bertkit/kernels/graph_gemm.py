@@ -193,7 +193,8 @@ def team_graphs(folder: Path) -> bool:
     and int8 without AMX), their attention and their residual + LayerNorm too: CPUs whose vector units
     are 256 bits wide, AVX2 without AVX-512 (the avx2 class) or AMD's Zen 4, which runs an AVX-512
     instruction as two halves; there oneDNN's GEMMs ran at about half the FMA peak at one request's row
-    counts (graph_gemm.cpp, `team_graphs`). Builds and loads the ops first. Raises RuntimeError as load() does."""
+    counts (graph_gemm.cpp, `team_graphs`). Builds and loads the ops first. Raises RuntimeError as
+    load() does."""
     load(folder)
     return bool(torch.ops.bertkit.bertkit_team_graphs())
 
