@@ -989,6 +989,20 @@ int row_steps() { return vnni_int8_usable() ? 255 : 127; }
 // as fma_rows fetches its next panel (MiniLM's 7-bit GEMMs in turn at 36 rows, Zen 3: one thread
 // 1.07-1.09x, two 1.03-1.06x).
 #define BERTKIT_INT8_ROWS(X) X(0) X(1) X(2) X(3)
+// The unpaired kernels' loop over the `lines` of a block (4 K values of its 16 columns each, loaded as
+// b_low / b_high), DOT(r) adding each row's products; the thread's next block fetched a line every
+// `stride` lines from line `phase`.
+#define BERTKIT_INT8_LINES(DOT)                                                                            \
+  for (int64_t start = 0; start < lines; start += stride) {                                                \
+    if (start + phase < lines)                                                                             \
+      _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kBlock * 4), _MM_HINT_T0);      \
+    const int64_t end = std::min(lines, start + stride) * 4;                                               \
+    for (int64_t i = start * 4; i < end; i += 4) {                                                         \
+      const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));      \
+      const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32)); \
+      BERTKIT_INT8_ROWS(DOT)                                                                               \
+    }                                                                                                      \
+  }
 enum class Int8Mode { exact, seven, paired };
 
 // R rows' int32 sums of one 16-column block (low: its first 8 columns, high: the next 8) -> y's
@@ -1076,12 +1090,6 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
       }
     }
   } else {
-  for (int64_t start = 0; start < lines; start += stride) {
-    if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kBlock * 4), _MM_HINT_T0);
-    const int64_t end = std::min(lines, start + stride) * 4;
-    for (int64_t i = start * 4; i < end; i += 4) {
-    const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));
-    const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32));
 #define BERTKIT_DOT(r)                                                                                     \
     if constexpr (r < R) {                                                                                 \
       int32_t word;                                                                                        \
@@ -1096,9 +1104,7 @@ __attribute__((target("avx2,fma"))) void int8_rows_avx2(const int8_t* a, int64_t
         high##r = _mm256_add_epi32(high##r, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(b_high, x)), ones)); \
       }                                                                                                    \
     }
-    BERTKIT_INT8_ROWS(BERTKIT_DOT)
-    }
-  }
+    BERTKIT_INT8_LINES(BERTKIT_DOT)
   }
   __m256i lows[kInt8Rows], highs[kInt8Rows];
 #define BERTKIT_GATHER(r)  \
@@ -1126,23 +1132,15 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void int8_rows_v
 #define BERTKIT_START(r) __m256i low##r = _mm256_setzero_si256(), high##r = _mm256_setzero_si256();
   BERTKIT_INT8_ROWS(BERTKIT_START)
   const int64_t lines = kp / 4;
-  for (int64_t start = 0; start < lines; start += stride) {
-    if (start + phase < lines) _mm_prefetch(reinterpret_cast<const char*>(next + (start + phase) * kBlock * 4), _MM_HINT_T0);
-    const int64_t end = std::min(lines, start + stride) * 4;
-    for (int64_t i = start * 4; i < end; i += 4) {
-      const __m256i b_low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock));
-      const __m256i b_high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + i * kBlock + 32));
-#define BERTKIT_DOT(r)                                          \
-      if constexpr (r < R) {                                    \
-        int32_t word;                                           \
-        std::memcpy(&word, a + r * lda + i, sizeof(word));      \
-        const __m256i x = _mm256_set1_epi32(word);              \
-        low##r = _mm256_dpbusd_epi32(low##r, x, b_low);         \
-        high##r = _mm256_dpbusd_epi32(high##r, x, b_high);      \
-      }
-      BERTKIT_INT8_ROWS(BERTKIT_DOT)
-    }
+#define BERTKIT_DOT(r)                                        \
+  if constexpr (r < R) {                                      \
+    int32_t word;                                             \
+    std::memcpy(&word, a + r * lda + i, sizeof(word));        \
+    const __m256i x = _mm256_set1_epi32(word);                \
+    low##r = _mm256_dpbusd_epi32(low##r, x, b_low);           \
+    high##r = _mm256_dpbusd_epi32(high##r, x, b_high);        \
   }
+  BERTKIT_INT8_LINES(BERTKIT_DOT)
 #define BERTKIT_GATHER(r)  \
   if constexpr (r < R) {   \
     lows[r] = low##r;      \
@@ -1155,6 +1153,7 @@ __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) void int8_rows_v
 #undef BERTKIT_GATHER
 }
 #undef BERTKIT_INT8_ROWS
+#undef BERTKIT_INT8_LINES
 
 using Int8Kernel = void (*)(const int8_t*, int64_t, const int8_t*, int64_t, const float*, const float*, const float*,
                             float*, int64_t, int64_t, const int32_t*, const int32_t*, const int8_t*, int64_t, int64_t);
