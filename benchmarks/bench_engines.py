@@ -211,13 +211,13 @@ def _as_tensor(array) -> torch.Tensor:
 # ---------------------------------------------------------------- engines: name -> run(batch) -> (B, T, H)
 
 
-def engine_inputs(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def engine_inputs(tensors: dict[str, torch.Tensor], lone_bucket: int | None = None) -> dict[str, torch.Tensor]:
     """The batch as bertkit's inference engine pads it: to a multiple of LENGTH_BUCKET, a lone input
-    to one of SINGLE_LENGTH_BUCKET (batching.padded_length); the padding is masked."""
-    from bertkit.batching import padded_length
+    to one of `lone_bucket` (default SINGLE_LENGTH_BUCKET; batching.padded_length); the padding is masked."""
+    from bertkit.batching import SINGLE_LENGTH_BUCKET, padded_length
 
     B, T = tensors["input_ids"].shape
-    extra = padded_length(T, B) - T
+    extra = padded_length(T, B, lone_bucket or SINGLE_LENGTH_BUCKET) - T
     return {k: torch.nn.functional.pad(v, (0, extra)) for k, v in tensors.items()} if extra else tensors
 
 
@@ -308,11 +308,12 @@ def ctranslate2_runners(ours, folder: Path, threads: int, precisions: list[str])
 
 
 def compiled_runner(ours, fallback, precision: str = "fp32"):
-    """bertkit with `--compile`, as its engine runs it: a lone input (at bf16 and int8 up to four) padded to
-    the engine's buckets through the graph compiled ahead (inference/compiled.py; compiled now, or
+    """bertkit with `--compile`, as its engine runs it (engine._compiled_forward): a lone input (at bf16 and
+    int8 up to four) padded to the engine's buckets, or at its own length where the graph makes nothing
+    per shape (`shapes_free`), through the graph compiled ahead (inference/compiled.py; compiled now, or
     loaded from the compile cache), 2-8 inputs packed in one row where the graph packs, a larger batch
     through the eager runner (`fallback`)."""
-    from bertkit.batching import pack_rows
+    from bertkit.batching import SINGLE_LENGTH_BUCKET, pack_rows
     from bertkit.inference.compiled import CompiledLoneInput
     from bertkit.inference.engine import WARM_UP_LENGTHS, engine_kernels
     from bertkit.inference.frozen import freeze_encoders
@@ -326,12 +327,13 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
     started = time.perf_counter()
     graph = CompiledLoneInput(model, ("last_hidden_state",), model.config.max_position_embeddings, precision)
     print(f"  compiled graph {'made' if graph.compiled_now else 'loaded'} in {time.perf_counter() - started:.1f} s", flush=True)
+    bucket = 1 if graph.shapes_free else SINGLE_LENGTH_BUCKET  # as the engine pads for this graph
 
     def run(batch: Batch):
         B = len(batch.lengths)
         if graph.packs and 2 <= B <= graph.max_packed:  # the inputs' real tokens in one row (engine._compiled_forward)
             packed, starts = pack_rows([{"input_ids": ids, "token_type_ids": types}
-                                        for ids, types in zip(batch.token_lists, batch.type_lists)], 0)
+                                        for ids, types in zip(batch.token_lists, batch.type_lists)], 0, bucket)
             if graph.accepts(1, packed["input_ids"].shape[1]):
                 with torch.no_grad():
                     out = graph(*(packed[k] for k in ("input_ids", "attention_mask", "token_type_ids", "position_ids")))[0]
@@ -341,7 +343,7 @@ def compiled_runner(ours, fallback, precision: str = "fp32"):
                 return padded
         if B > graph.max_batch:  # 1 at fp32, 4 at bf16 and int8, 8 at int8 with the AMX op (compiled.batch_limit)
             return fallback(batch)
-        padded = engine_inputs(batch.tensors)  # the engine's length buckets
+        padded = engine_inputs(batch.tensors, bucket)  # the engine's length buckets
         with torch.no_grad():
             out = graph(*(padded[k] for k in ("input_ids", "attention_mask", "token_type_ids")))[0]
         return out[:, :batch.real.shape[1]].float()
