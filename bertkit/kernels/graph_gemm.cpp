@@ -31,6 +31,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -233,6 +234,13 @@ at::Tensor mkl_linear(const at::Tensor& x, const at::Tensor& weight, const std::
 // time until it arrives (ONNX Runtime's pool does the same). A job is one word: the job's number
 // (high 32 bits) and the items left (low 32); a worker reads the job's body only after claiming an
 // item of it, which the caller outlives.
+// A sleeping worker is woken onto the caller's other CPUs (its affinity narrowed for the wake-up,
+// restored once it runs): a scheduler may place a woken thread on its waker's CPU when the other
+// vCPU has idled (one that packs a VM's threads onto few vCPUs does so after ~0.1 s idle), where it
+// waits behind the caller until the load balancer moves it. On a 2-vCPU AMD EPYC Zen 4 VM, after
+// 0.1-0.3 s of rest, the worker took its first item 3.1-3.7 ms after a job began (on the caller's CPU
+// in 28 of 40 probes), steered 0.12-0.16 ms (bertkit_team_wake_probe); one MiniLM input through the
+// int8 graph after 0.1 s of rest 3.5-3.7 -> 3.1-3.35 ms, the fp32 and bf16 graphs within their noise.
 class Team {
  public:
   static Team& instance() {
@@ -268,6 +276,7 @@ class Team {
     claim_.store(job << 32 | static_cast<uint64_t>(count));  // seq_cst, against sleeping_ (see worker)
     if (sleeping_.load() > 0) {
       std::lock_guard<std::mutex> lock(sleep_lock_);
+      if (steer_.load(std::memory_order_relaxed)) steer_sleepers();
       ++wakes_;
       wake_.notify_all();
     }
@@ -285,11 +294,29 @@ class Team {
   // kept across a fork's new team.
   static void set_spin(int64_t microseconds) { spin_us_.store(microseconds, std::memory_order_relaxed); }
 
+  // Whether sleeping workers are woken onto the CPUs other than the caller's (bertkit_set_team_steer:
+  // an A/B against the scheduler's own placement)
+  static void set_steer(bool steer) { steer_.store(steer, std::memory_order_relaxed); }
+
  private:
   static constexpr uint64_t kLeft = 0xffffffffu;
   static constexpr int kWaitSpins = 256;  // the caller's pauses before it yields (~10 µs)
 
   using Call = void (*)(const void*, int64_t, int64_t);
+
+  // The affinity of the sleeping workers this job wakes (those active): the caller's CPUs less the one
+  // it runs on, where that leaves any (under sleep_lock_; each worker restores its own as it wakes)
+  void steer_sleepers() {
+    cpu_set_t others;
+    const int cpu = sched_getcpu();
+    if (cpu < 0 || sched_getaffinity(0, sizeof(others), &others) != 0 || !CPU_ISSET(cpu, &others)) return;
+    CPU_CLR(cpu, &others);
+    if (CPU_COUNT(&others) == 0) return;
+    const int active = active_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < tids_.size(); ++i)
+      if (asleep_[i] && indices_[i] < active && sched_setaffinity(tids_[i], sizeof(others), &others) == 0)
+        steered_[i] = 1;
+  }
 
   void start_workers(int wanted) {
     active_.store(wanted, std::memory_order_relaxed);  // fewer threads than before: the rest stay idle
@@ -326,6 +353,17 @@ class Team {
 
   void worker(int index) {
     pthread_setname_np(pthread_self(), "bertkit-ops");  // as `top -H` and /proc/PID/task/*/comm show it
+    cpu_set_t allowed;  // as started: restored after a steered wake-up
+    const bool known = sched_getaffinity(0, sizeof(allowed), &allowed) == 0;
+    size_t slot;
+    {
+      std::lock_guard<std::mutex> lock(sleep_lock_);
+      slot = tids_.size();
+      tids_.push_back(known ? static_cast<pid_t>(syscall(SYS_gettid)) : 0);
+      indices_.push_back(index);
+      asleep_.push_back(0);
+      steered_.push_back(0);
+    }
     auto last = std::chrono::steady_clock::now();
     for (;;) {
       if (index < active_.load(std::memory_order_relaxed) && work()) {
@@ -344,12 +382,17 @@ class Team {
       // after a rest by one 1 x 384 x 32 GEMM spun after 2 of 10 calls before this, x 384 after 4).
       std::unique_lock<std::mutex> lock(sleep_lock_);
       sleeping_.fetch_add(1);
+      asleep_[slot] = known;  // steered only where its own affinity can be restored
       const uint64_t seen = wakes_;
       wake_.wait(lock, [&] {
         return job_waiting(index) || (wakes_ != seen && index < active_.load(std::memory_order_relaxed));
       });
       sleeping_.fetch_sub(1);
+      asleep_[slot] = 0;
+      const bool steered = steered_[slot];
+      steered_[slot] = 0;
       lock.unlock();
+      if (steered) sched_setaffinity(0, sizeof(allowed), &allowed);
       last = std::chrono::steady_clock::now();
     }
   }
@@ -368,6 +411,12 @@ class Team {
   std::atomic<int> sleeping_{0}, active_{0};
   int started_ = 0;  // under caller_lock_
   uint64_t wakes_ = 0;  // the callers' wake-ups, under sleep_lock_
+  // per worker, under sleep_lock_: its thread id and index, whether it sleeps, whether a caller narrowed
+  // its affinity
+  std::vector<pid_t> tids_;
+  std::vector<int> indices_;
+  std::vector<char> asleep_, steered_;
+  static inline std::atomic<bool> steer_{true};
   Call call_ = nullptr;
   const void* body_ = nullptr;
   int64_t count_ = 0;
@@ -1963,6 +2012,27 @@ void set_team_spin(int64_t milliseconds) {
   Team::set_spin(milliseconds * 1000);
 }
 
+void set_team_steer(bool steer) { Team::set_steer(steer); }
+
+// A job of two items whose caller's item waits (up to 50 ms) for a worker to take the other ->
+// [the caller's CPU, the CPU the worker ran its item on (-1: none came), microseconds from the job's
+// start until it did]: where a worker woken after a rest runs (a test, and the A/B in docs/speed.md).
+std::vector<int64_t> team_wake_probe() {
+  const auto started = std::chrono::steady_clock::now();
+  const auto caller = std::this_thread::get_id();
+  const int64_t caller_cpu = sched_getcpu();
+  std::atomic<int64_t> cpu{-1}, waited{-1};
+  run_items(Threads::team, 2, [&](int64_t) {
+    if (std::this_thread::get_id() != caller) {
+      waited.store(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
+      cpu.store(sched_getcpu());
+      return;
+    }
+    while (cpu.load() < 0 && std::chrono::steady_clock::now() - started < std::chrono::milliseconds(50)) _mm_pause();
+  });
+  return {caller_cpu, cpu.load(), waited.load()};
+}
+
 bool amx_int8() { return amx_usable(); }
 bool avx2_int8() { return avx2_int8_usable(); }
 bool vnni_int8() { return vnni_int8_usable(); }
@@ -1997,6 +2067,8 @@ TORCH_LIBRARY(bertkit, m) {
   m.def("bertkit_short_attention() -> bool", &short_attention_usable);  // whether bertkit_attention runs its own kernel here
   m.def("bertkit_set_team_spin(int milliseconds) -> ()", &set_team_spin);  // the graph ops' workers' spin after a call
   m.def("bertkit_set_pack_pages(bool huge) -> ()", &set_pack_pages);  // packs made from now on: 2 MB pages or 4 KB
+  m.def("bertkit_set_team_steer(bool steer) -> ()", &set_team_steer);  // sleeping workers woken off the caller's CPU
+  m.def("bertkit_team_wake_probe() -> int[]", &team_wake_probe);  // where and when a worker takes a job's item
 }
 TORCH_LIBRARY_IMPL(bertkit, CPU, m) {
   m.impl("bertkit_mkl_linear", &mkl_linear);

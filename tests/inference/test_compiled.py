@@ -606,6 +606,35 @@ def test_the_avx2_ops_share_their_work_on_threads_of_their_own(tmp_path):
         torch.set_num_threads(before)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the worker needs a CPU other than the caller's")
+def test_a_sleeping_worker_is_woken_onto_another_cpu_than_its_callers(tmp_path):
+    # A scheduler may place a woken thread on its waker's CPU once the other vCPU has idled a while
+    # (~0.1 s on a VM that packs its threads onto few vCPUs), where it waits behind the caller for
+    # milliseconds: the Team narrows a sleeping worker's affinity to the caller's other CPUs for the
+    # wake-up, and the worker restores its own as it runs. The probe's caller waits (up to 50 ms) for
+    # the worker to take the job's other item.
+    from bertkit.kernels import graph_gemm
+
+    if not graph_gemm.fma_usable(tmp_path / "ops"):
+        pytest.skip("this CPU has no AVX2 / FMA")
+    before = torch.get_num_threads()
+    allowed = os.sched_getaffinity(0)
+    try:
+        torch.set_num_threads(2)
+        torch.ops.bertkit.bertkit_set_team_spin(0)  # the worker sleeps as soon as a job ends
+        for _ in range(3):
+            torch.ops.bertkit.bertkit_team_wake_probe()
+            time.sleep(0.15)  # asleep, its vCPU idle
+            caller, worker, waited = torch.ops.bertkit.bertkit_team_wake_probe()
+            assert worker in allowed and worker != caller, (caller, worker, waited)
+        workers = [int(task.name) for task in Path("/proc/self/task").iterdir()
+                   if (task / "comm").read_text().strip() == "bertkit-ops"]
+        assert workers and all(os.sched_getaffinity(tid) == allowed for tid in workers)
+    finally:
+        torch.ops.bertkit.bertkit_set_team_spin(30)  # the library's default
+        torch.set_num_threads(before)
+
+
 def _ops_threads_running() -> bool:
     """Whether any of this process's `bertkit-ops` threads (Team's workers) is running or waiting
     for a CPU (state R), rather than asleep (S)."""
