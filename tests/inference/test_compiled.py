@@ -501,9 +501,9 @@ def test_the_graphs_mkl_op_is_f_linear_and_follows_a_changed_weight(tmp_path):
 
 @pytest.mark.skipif(not torch._C.has_mkl, reason="the ops' library calls MKL's packed GEMM (x86 builds of torch)")
 def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(tmp_path):
-    # Against float64: every row count around its 6-row blocks and 96-row chunks, widths not a
-    # multiple of its 16-column panels, no bias, 3-D input, a weight changed in place. On a CPU
-    # without AVX2 / FMA the op is F.linear, which passes too.
+    # Against float64: every row count around its 6-row blocks (8-row ones up to 16 rows with
+    # AVX-512) and 96-row chunks, widths not a multiple of its 16-column panels, no bias, 3-D input, a
+    # weight changed in place. On a CPU without AVX2 / FMA the op is F.linear, which passes too.
     from bertkit.kernels import graph_gemm
 
     graph_gemm.load(tmp_path / "ops")
@@ -514,7 +514,7 @@ def test_the_graphs_avx2_op_is_the_linear_formula_and_follows_a_changed_weight(t
     for out, inputs in [(48, 32), (37, 19), (16, 384), (1152, 384), (5, 1)]:
         weight, bias = torch.randn(out, inputs), torch.randn(out)
         kept = bias.clone()
-        for rows in (1, 2, 5, 6, 7, 12, 13, 40, 95, 96, 97, 200):
+        for rows in (1, 2, 5, 6, 7, 8, 12, 13, 16, 17, 40, 95, 96, 97, 200):
             x = torch.randn(rows, inputs)
             want = x.double() @ weight.double().T
             scale = want.abs().max().item() + 1
