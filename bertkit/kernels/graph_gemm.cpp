@@ -1300,10 +1300,10 @@ void int8_avx2(const Int8Problem& p, Threads threads = Threads::team) {
     for (int64_t r = chunk, phase = 0; r < chunk_end; r += step, ++phase) {
       int64_t rows = std::min(step, chunk_end - r);
       const int mode = p.zero == nullptr ? 0 : p.paired ? 2 : 1;
-      (vnni ? kVnniKernels : kInt8Kernels[mode])[rows - 1](p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r, p.weight_scale + column,
-                                   p.bias ? p.bias + column : nullptr, p.y + r * p.n + column, p.n, columns,
-                                   p.zero ? p.zero + r : nullptr, p.column_sums ? p.column_sums + column : nullptr,
-                                   ahead, phase, passes);
+      const Int8Kernel kernel = vnni ? kVnniKernels[rows - 1] : kInt8Kernels[mode][rows - 1];
+      kernel(p.a + r * p.kp, p.kp, block, p.kp, p.row_scale + r, p.weight_scale + column,
+             p.bias ? p.bias + column : nullptr, p.y + r * p.n + column, p.n, columns, p.zero ? p.zero + r : nullptr,
+             p.column_sums ? p.column_sums + column : nullptr, ahead, phase, passes);
     }
     if (p.gelu)
       for (int64_t r = chunk; r < chunk_end; ++r) gelu_columns(p.y + r * p.n + column, columns);
@@ -2087,7 +2087,8 @@ std::vector<int64_t> team_wake_probe() {
   std::atomic<int64_t> cpu{-1}, waited{-1};
   run_items(Threads::team, 2, [&](int64_t) {
     if (std::this_thread::get_id() != caller) {
-      waited.store(std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - started).count());
+      const auto now = std::chrono::steady_clock::now();
+      waited.store(std::chrono::duration_cast<std::chrono::microseconds>(now - started).count());
       cpu.store(sched_getcpu());
       return;
     }
