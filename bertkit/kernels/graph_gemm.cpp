@@ -534,6 +534,26 @@ __attribute__((target("avx2,fma"))) void gelu_columns(float* y, int64_t columns)
   }
 }
 
+// One row's 16 sums (low: columns 0-7, high: 8-15) -> y's `columns` (<= 16, the weight's last panel
+// fewer), through the exact GELU when `Gelu`: the fp32 kernels' store
+template <bool Gelu>
+__attribute__((target("avx2,fma"), always_inline)) inline void store_row16(float* y, __m256 low, __m256 high,
+                                                                        int64_t columns) {
+  if constexpr (Gelu) {
+    low = gelu8(low);
+    high = gelu8(high);
+  }
+  if (columns == kPanel) {
+    _mm256_storeu_ps(y, low);
+    _mm256_storeu_ps(y + 8, high);
+    return;
+  }
+  alignas(32) float last[kPanel];
+  _mm256_store_ps(last, low);
+  _mm256_store_ps(last + 8, high);
+  std::memcpy(y, last, columns * sizeof(float));
+}
+
 // R rows of x (from `x`, `ldx` apart) times one panel (K x 16) plus its 16 biases -> y's `columns` (<= 16),
 // through the exact GELU when `Gelu`.
 // Meanwhile one line (one K row, 64 bytes) of the thread's next panel `next` is fetched into L1 every
@@ -568,22 +588,8 @@ __attribute__((target("avx2,fma"))) void fma_rows(const float* x, int64_t ldx, c
       BERTKIT_ROWS(BERTKIT_FMA)
     }
   }
-  alignas(32) float last[kPanel];  // the weight's last panel, fewer than 16 columns
-#define BERTKIT_STORE(r)                                      \
-  if constexpr (r < R) {                                      \
-    if constexpr (Gelu) {                                     \
-      low##r = gelu8(low##r);                                 \
-      high##r = gelu8(high##r);                               \
-    }                                                         \
-    if (columns == kPanel) {                                  \
-      _mm256_storeu_ps(y + r * ldy, low##r);                  \
-      _mm256_storeu_ps(y + r * ldy + 8, high##r);             \
-    } else {                                                  \
-      _mm256_store_ps(last, low##r);                          \
-      _mm256_store_ps(last + 8, high##r);                     \
-      std::memcpy(y + r * ldy, last, columns * sizeof(float)); \
-    }                                                         \
-  }
+#define BERTKIT_STORE(r) \
+  if constexpr (r < R) store_row16<Gelu>(y + r * ldy, low##r, high##r, columns);
   BERTKIT_ROWS(BERTKIT_STORE)
 #undef BERTKIT_START
 #undef BERTKIT_FMA
@@ -617,24 +623,10 @@ __attribute__((target("avx2,fma,avx512f"))) void fma_rows16(const float* x, int6
       BERTKIT_ROWS8(BERTKIT_FMA)
     }
   }
-  alignas(32) float last[kPanel];  // the weight's last panel, fewer than 16 columns
-#define BERTKIT_STORE(r)                                                                                \
-  if constexpr (r < R) {                                                                                \
-    __m256 low = _mm512_castps512_ps256(sum##r);                                                        \
-    __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum##r), 1));                \
-    if constexpr (Gelu) {                                                                               \
-      low = gelu8(low);                                                                                 \
-      high = gelu8(high);                                                                               \
-    }                                                                                                   \
-    if (columns == kPanel) {                                                                            \
-      _mm256_storeu_ps(y + r * ldy, low);                                                               \
-      _mm256_storeu_ps(y + r * ldy + 8, high);                                                          \
-    } else {                                                                                            \
-      _mm256_store_ps(last, low);                                                                       \
-      _mm256_store_ps(last + 8, high);                                                                  \
-      std::memcpy(y + r * ldy, last, columns * sizeof(float));                                          \
-    }                                                                                                   \
-  }
+#define BERTKIT_STORE(r)                                                                                 \
+  if constexpr (r < R)                                                                                   \
+    store_row16<Gelu>(y + r * ldy, _mm512_castps512_ps256(sum##r),                                       \
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum##r), 1)), columns);
   BERTKIT_ROWS8(BERTKIT_STORE)
 #undef BERTKIT_START
 #undef BERTKIT_FMA
